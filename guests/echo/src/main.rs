@@ -1,0 +1,205 @@
+//! The echo guest.
+//!
+//! ```text
+//! echo client URL [SUBPROTOCOL...]   echo every message until the peer closes
+//! echo server ADDR [MAX_CONNECTIONS] accept streams and echo them (0 = forever)
+//! echo ping URL PHASE...             measure round trips against an echo server
+//! ```
+//!
+//! `ping` phases (sizes in bytes), each printing one line to stdout:
+//! - `rtt:N:SIZE`: N one-at-a-time round trips; prints `rtt NS NS ...`
+//! - `nagle:N:SIZE`: N times two back-to-back sends, then wait for both
+//!   echoes; prints `nagle NS NS ...`
+//! - `pipeline:N:SIZE:WINDOW`: N messages with up to WINDOW in flight;
+//!   prints `pipeline N SIZE ELAPSED_NS`
+//!
+//! The host's native baseline (`tether bench echo`) runs the same phases.
+
+use std::collections::VecDeque;
+use std::process::ExitCode;
+use std::time::Instant;
+
+use tether_guest_sdk::{self as sdk, ErrorCode, ListenOptions, Message, MessageStream, Pollable, websocket};
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().collect();
+    let result = match args.get(1).map(String::as_str) {
+        Some("client") if args.len() >= 3 => client(&args[2], &args[3..]),
+        Some("server") if args.len() >= 3 => server(&args[2], args.get(3).and_then(|n| n.parse().ok()).unwrap_or(0)),
+        Some("ping") if args.len() >= 4 => ping(&args[2], &args[3..]),
+        _ => {
+            eprintln!("usage: echo client URL [SUBPROTOCOL...] | echo server ADDR [MAX_CONNECTIONS] | echo ping URL PHASE...");
+            return ExitCode::from(2);
+        }
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("echo: {}", sdk::describe(&e));
+            println!("error {} {}", sdk::error_kind(&e), sdk::describe(&e));
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn client(url: &str, subprotocols: &[String]) -> Result<(), ErrorCode> {
+    let protocols: Vec<&str> = subprotocols.iter().map(String::as_str).collect();
+    let stream = sdk::connect(url, &protocols)?;
+    println!("connected protocol={}", stream.subprotocol().unwrap_or_default());
+    let rx = stream.subscribe_receive();
+    let tx = stream.subscribe_send();
+    let (mut count, mut bytes) = (0u64, 0u64);
+    let end = loop {
+        match sdk::receive_blocking(&stream, &rx) {
+            Ok(Some(m)) => {
+                bytes += len(&m) as u64;
+                count += 1;
+                if let Err(e) = sdk::send_blocking(&stream, &tx, &m) {
+                    break Err(e);
+                }
+            }
+            Ok(None) => break Ok(()),
+            Err(e) => break Err(e),
+        }
+    };
+    let info = stream.close_info();
+    println!(
+        "echoed {count} messages {bytes} bytes close={} reason={}",
+        info.as_ref().map(|c| c.code).unwrap_or(0),
+        info.map(|c| c.reason).unwrap_or_default()
+    );
+    end
+}
+
+fn len(m: &Message) -> usize {
+    match m {
+        Message::Text(t) => t.len(),
+        Message::Binary(b) => b.len(),
+    }
+}
+
+struct Conn {
+    stream: MessageStream,
+    rx: Pollable,
+    tx: Pollable,
+    pending: VecDeque<Message>,
+}
+
+fn server(addr: &str, max_connections: u64) -> Result<(), ErrorCode> {
+    let listener = websocket::listen(addr, &ListenOptions { subprotocols: Vec::new() })?;
+    eprintln!("echo: listening on {}", listener.local_address());
+    let accept_ready = listener.subscribe();
+    let mut conns: Vec<Conn> = Vec::new();
+    let mut finished = 0u64;
+    while max_connections == 0 || finished < max_connections {
+        let mut list: Vec<&Pollable> = vec![&accept_ready];
+        for c in &conns {
+            list.push(if c.pending.is_empty() { &c.rx } else { &c.tx });
+        }
+        sdk::poll(&list);
+        while let Some(stream) = listener.accept()? {
+            let (rx, tx) = (stream.subscribe_receive(), stream.subscribe_send());
+            conns.push(Conn { stream, rx, tx, pending: VecDeque::new() });
+        }
+        conns.retain_mut(|c| {
+            let alive = pump(c);
+            if !alive {
+                finished += 1;
+            }
+            alive
+        });
+    }
+    Ok(())
+}
+
+/// Moves what is ready through one connection without blocking. Returns
+/// false once the connection is over.
+fn pump(c: &mut Conn) -> bool {
+    loop {
+        while let Some(m) = c.pending.front() {
+            match c.stream.send(m) {
+                Ok(()) => {
+                    c.pending.pop_front();
+                }
+                Err(ErrorCode::WouldBlock) => return true,
+                Err(_) => return false,
+            }
+        }
+        match c.stream.receive() {
+            Ok(Some(m)) => c.pending.push_back(m),
+            Ok(None) => return true,
+            Err(_) => return false,
+        }
+    }
+}
+
+fn ping(url: &str, phases: &[String]) -> Result<(), ErrorCode> {
+    let stream = sdk::connect(url, &[])?;
+    let rx = stream.subscribe_receive();
+    let tx = stream.subscribe_send();
+    for phase in phases {
+        let parts: Vec<&str> = phase.split(':').collect();
+        let num = |i: usize| -> Result<usize, ErrorCode> {
+            parts
+                .get(i)
+                .and_then(|p| p.parse().ok())
+                .ok_or_else(|| ErrorCode::InvalidArgument(format!("bad phase `{phase}`")))
+        };
+        match parts[0] {
+            "rtt" | "nagle" => {
+                let (n, size) = (num(1)?, num(2)?);
+                let sends = if parts[0] == "rtt" { 1 } else { 2 };
+                let message = Message::Binary(vec![0x5a; size]);
+                let mut samples = Vec::with_capacity(n);
+                for _ in 0..n {
+                    let t0 = Instant::now();
+                    for _ in 0..sends {
+                        sdk::send_blocking(&stream, &tx, &message)?;
+                    }
+                    for _ in 0..sends {
+                        sdk::receive_blocking(&stream, &rx)?.ok_or(ErrorCode::Closed)?;
+                    }
+                    samples.push(t0.elapsed().as_nanos() as u64);
+                }
+                let list: Vec<String> = samples.iter().map(u64::to_string).collect();
+                println!("{} {}", parts[0], list.join(" "));
+            }
+            "pipeline" => {
+                let (n, size, window) = (num(1)?, num(2)?, num(3)?.max(1));
+                let message = Message::Binary(vec![0xa5; size]);
+                let t0 = Instant::now();
+                let (mut sent, mut received) = (0usize, 0usize);
+                while received < n {
+                    let mut blocked = false;
+                    while sent < n && sent - received < window {
+                        match stream.send(&message) {
+                            Ok(()) => sent += 1,
+                            Err(ErrorCode::WouldBlock) => {
+                                blocked = true;
+                                break;
+                            }
+                            Err(e) => return Err(e),
+                        }
+                    }
+                    let mut progressed = false;
+                    while let Some(m) = stream.receive()? {
+                        if len(&m) != size {
+                            return Err(ErrorCode::ProtocolError(format!("echo of {} bytes, sent {size}", len(&m))));
+                        }
+                        received += 1;
+                        progressed = true;
+                    }
+                    if !progressed && received < n {
+                        if blocked { sdk::poll(&[&rx, &tx]) } else { sdk::poll(&[&rx]) };
+                    }
+                }
+                println!("pipeline {n} {size} {}", t0.elapsed().as_nanos());
+            }
+            other => return Err(ErrorCode::InvalidArgument(format!("unknown phase `{other}`"))),
+        }
+    }
+    stream.close(1000, "done")?;
+    // Wait for the closing handshake so the server sees a clean close.
+    while sdk::receive_blocking(&stream, &rx)?.is_some() {}
+    Ok(())
+}

@@ -1,0 +1,205 @@
+//! Test guest: each command exercises one host behaviour and prints its
+//! outcome on stdout as `ok ...` or `error KIND DETAIL` lines, which the
+//! host's integration tests assert on.
+//!
+//! ```text
+//! probe connect URL [SUBPROTOCOL...]   connect, close 1000, print close info
+//! probe send-bulk URL TOTAL CHUNK      send TOTAL bytes (byte i = i % 251) in CHUNK-byte messages
+//! probe recv-all URL                   receive until closed; print count, bytes, close code
+//! probe send-big URL SIZE              send one SIZE-byte message
+//! probe close-rules URL                check close code/reason rules, idempotent close, send after close
+//! probe tcp-echo HOST:PORT             echo bytes until EOF, then half-close
+//! probe tcp-serve ADDR                 accept one connection, echo until EOF, half-close
+//! probe tcp-connect HOST:PORT          connect and report
+//! probe listen ADDR                    bind a WebSocket listener and report
+//! probe spin                           loop forever (runaway guest)
+//! probe alloc MIB                      allocate MIB mebibytes
+//! ```
+
+use std::process::ExitCode;
+
+use tether_guest_sdk::{self as sdk, ErrorCode, ListenOptions, Message, StreamError, websocket};
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().collect();
+    let arg = |i: usize| args.get(i).map(String::as_str).unwrap_or("");
+    let num = |i: usize| arg(i).parse::<usize>().unwrap_or(0);
+    let result = match arg(1) {
+        "connect" => connect(arg(2), &args[3..]),
+        "send-bulk" => send_bulk(arg(2), num(3), num(4)),
+        "recv-all" => recv_all(arg(2)),
+        "send-big" => send_big(arg(2), num(3)),
+        "close-rules" => close_rules(arg(2)),
+        "tcp-echo" => tcp_echo(arg(2)),
+        "tcp-serve" => tcp_serve(arg(2)),
+        "tcp-connect" => sdk::tcp_connect(arg(2)).map(|c| println!("ok connected {}", c.stream.peer_address())),
+        "listen" => websocket::listen(arg(2), &ListenOptions { subprotocols: vec![] })
+            .map(|l| println!("ok listening {}", l.local_address())),
+        "spin" => spin(),
+        "alloc" => alloc(num(2)),
+        other => {
+            eprintln!("probe: unknown command `{other}`");
+            return ExitCode::from(2);
+        }
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            println!("error {} {}", sdk::error_kind(&e), sdk::describe(&e));
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn connect(url: &str, protocols: &[String]) -> Result<(), ErrorCode> {
+    let protocols: Vec<&str> = protocols.iter().map(String::as_str).collect();
+    let stream = sdk::connect(url, &protocols)?;
+    println!("ok connected protocol={} path={}", stream.subprotocol().unwrap_or_default(), stream.path());
+    stream.close(1000, "bye")?;
+    let rx = stream.subscribe_receive();
+    while sdk::receive_blocking(&stream, &rx)?.is_some() {}
+    let info = stream.close_info().expect("closed stream has close info");
+    println!("ok closed code={} reason={}", info.code, info.reason);
+    Ok(())
+}
+
+fn send_bulk(url: &str, total: usize, chunk: usize) -> Result<(), ErrorCode> {
+    let stream = sdk::connect(url, &[])?;
+    let tx = stream.subscribe_send();
+    let (mut offset, mut would_block) = (0usize, 0u64);
+    while offset < total {
+        let n = chunk.min(total - offset);
+        let message = Message::Binary((offset..offset + n).map(|i| (i % 251) as u8).collect());
+        loop {
+            match stream.send(&message) {
+                Ok(()) => break,
+                Err(ErrorCode::WouldBlock) => {
+                    would_block += 1;
+                    tx.block();
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        offset += n;
+    }
+    stream.close(1000, "done")?;
+    let rx = stream.subscribe_receive();
+    while sdk::receive_blocking(&stream, &rx)?.is_some() {}
+    println!("ok sent {total} wouldblock={would_block}");
+    Ok(())
+}
+
+fn recv_all(url: &str) -> Result<(), ErrorCode> {
+    let stream = sdk::connect(url, &[])?;
+    let rx = stream.subscribe_receive();
+    let (mut count, mut bytes) = (0u64, 0u64);
+    let end = loop {
+        match stream.receive() {
+            Ok(Some(Message::Binary(b))) => {
+                count += 1;
+                bytes += b.len() as u64;
+            }
+            Ok(Some(Message::Text(t))) => {
+                count += 1;
+                bytes += t.len() as u64;
+            }
+            Ok(None) => rx.block(),
+            Err(ErrorCode::Closed) => break None,
+            Err(e) => break Some(e),
+        }
+    };
+    let code = stream.close_info().map(|c| c.code).unwrap_or(0);
+    println!("ok received {count} {bytes} close={code}");
+    match end {
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
+}
+
+fn send_big(url: &str, size: usize) -> Result<(), ErrorCode> {
+    let stream = sdk::connect(url, &[])?;
+    stream.send(&Message::Binary(vec![1; size]))?;
+    println!("ok sent {size}");
+    Ok(())
+}
+
+fn close_rules(url: &str) -> Result<(), ErrorCode> {
+    let stream = sdk::connect(url, &[])?;
+    for (code, reason_len) in [(999u16, 0usize), (1001, 0), (2999, 0), (5000, 0), (1000, 124)] {
+        match stream.close(code, &"r".repeat(reason_len)) {
+            Err(ErrorCode::InvalidArgument(_)) => println!("ok rejected {code} {reason_len}"),
+            other => println!("error accepted {code} {reason_len} {other:?}"),
+        }
+    }
+    stream.close(4000, &"r".repeat(123))?;
+    stream.close(4000, "again")?;
+    println!("ok idempotent");
+    match stream.send(&Message::Text("late".into())) {
+        Err(ErrorCode::Closed) => println!("ok send-after-close closed"),
+        other => println!("error send-after-close {other:?}"),
+    }
+    let rx = stream.subscribe_receive();
+    while sdk::receive_blocking(&stream, &rx)?.is_some() {}
+    match stream.receive() {
+        Err(ErrorCode::Closed) => println!("ok receive-after-close closed"),
+        other => println!("error receive-after-close {other:?}"),
+    }
+    println!("ok close-info {:?}", stream.close_info().map(|c| c.code));
+    Ok(())
+}
+
+fn echo_bytes(conn: &sdk::Connection) -> Result<u64, ErrorCode> {
+    let ready = conn.input.subscribe();
+    let mut total = 0u64;
+    loop {
+        match conn.input.read(65536) {
+            Ok(bytes) if bytes.is_empty() => ready.block(),
+            Ok(bytes) => {
+                total += bytes.len() as u64;
+                sdk::write_all(&conn.output, &bytes).map_err(|e| ErrorCode::Other(format!("write: {e:?}")))?;
+            }
+            Err(StreamError::Closed) => break,
+            Err(e) => return Err(ErrorCode::Other(format!("read: {e:?}"))),
+        }
+    }
+    conn.stream.shutdown_send()?;
+    Ok(total)
+}
+
+fn tcp_echo(address: &str) -> Result<(), ErrorCode> {
+    let conn = sdk::tcp_connect(address)?;
+    let total = echo_bytes(&conn)?;
+    println!("ok echoed {total}");
+    Ok(())
+}
+
+fn tcp_serve(address: &str) -> Result<(), ErrorCode> {
+    let listener = sdk::tcp::listen(address)?;
+    let ready = listener.subscribe();
+    let (stream, input, output) = loop {
+        match listener.accept()? {
+            Some(conn) => break conn,
+            None => ready.block(),
+        }
+    };
+    let conn = sdk::Connection { stream, input, output };
+    let total = echo_bytes(&conn)?;
+    println!("ok served {total}");
+    Ok(())
+}
+
+fn spin() -> Result<(), ErrorCode> {
+    let mut x = 0u64;
+    loop {
+        x = std::hint::black_box(x.wrapping_add(1));
+    }
+}
+
+fn alloc(mib: usize) -> Result<(), ErrorCode> {
+    let mut keep = Vec::new();
+    for _ in 0..mib {
+        keep.push(vec![1u8; 1 << 20]);
+    }
+    println!("ok allocated {}", keep.len());
+    Ok(())
+}

@@ -1,0 +1,299 @@
+//! The echo measurement behind `tether demo` and `tether bench echo`: the
+//! echo guest's `ping` mode and a native tokio-tungstenite client run the
+//! same phases against the same server in the same process, and the report
+//! puts them side by side.
+
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use futures_util::{FutureExt, SinkExt, StreamExt};
+use hdrhistogram::Histogram;
+use serde::Serialize;
+use tokio_tungstenite::tungstenite::Message;
+
+use crate::runner::{GuestIo, Runner};
+
+/// The workload: counts and sizes (bytes) of each phase.
+#[derive(Clone, Copy, Debug)]
+pub struct Workload {
+    /// Unrecorded round trips first (JIT, caches, TCP windows).
+    pub warmup: usize,
+    /// One-at-a-time round trips and their message size.
+    pub rtt: (usize, usize),
+    /// Two back-to-back sends then both echoes (the Nagle case).
+    pub nagle: (usize, usize),
+    /// Small pipelined messages: count, size, window in flight.
+    pub pipeline: (usize, usize, usize),
+    /// Large pipelined messages: count, size, window in flight.
+    pub bulk: (usize, usize, usize),
+}
+
+impl Workload {
+    /// The demo: about a second each side.
+    pub fn demo() -> Workload {
+        Workload { warmup: 500, rtt: (5000, 32), nagle: (2000, 16), pipeline: (50_000, 64, 64), bulk: (256, 1 << 20, 8) }
+    }
+
+    /// `tether bench echo`: longer runs for stable percentiles.
+    pub fn bench() -> Workload {
+        Workload { warmup: 2000, rtt: (20_000, 32), nagle: (10_000, 16), pipeline: (200_000, 64, 64), bulk: (1024, 1 << 20, 8) }
+    }
+
+    /// A smoke run for CI.
+    pub fn quick() -> Workload {
+        Workload { warmup: 100, rtt: (500, 32), nagle: (300, 16), pipeline: (5000, 64, 64), bulk: (32, 1 << 20, 8) }
+    }
+
+    fn guest_phases(&self) -> Vec<String> {
+        vec![
+            format!("rtt:{}:{}", self.warmup, self.rtt.1),
+            format!("rtt:{}:{}", self.rtt.0, self.rtt.1),
+            format!("nagle:{}:{}", self.nagle.0, self.nagle.1),
+            format!("pipeline:{}:{}:{}", self.pipeline.0, self.pipeline.1, self.pipeline.2),
+            format!("pipeline:{}:{}:{}", self.bulk.0, self.bulk.1, self.bulk.2),
+        ]
+    }
+}
+
+/// Raw results of one side: round-trip samples in ns, pipelines as
+/// (messages, size bytes, elapsed).
+#[derive(Clone, Debug, Default)]
+pub struct Samples {
+    /// One-at-a-time round trips, ns.
+    pub rtt_ns: Vec<u64>,
+    /// Two sends then two echoes, ns.
+    pub nagle_ns: Vec<u64>,
+    /// Small-message pipeline: (messages, bytes each, elapsed).
+    pub pipeline: (usize, usize, Duration),
+    /// Large-message pipeline: (messages, bytes each, elapsed).
+    pub bulk: (usize, usize, Duration),
+}
+
+impl Samples {
+    fn merge(&mut self, other: Samples) {
+        self.rtt_ns.extend(other.rtt_ns);
+        self.nagle_ns.extend(other.nagle_ns);
+        self.pipeline = (self.pipeline.0 + other.pipeline.0, other.pipeline.1, self.pipeline.2 + other.pipeline.2);
+        self.bulk = (self.bulk.0 + other.bulk.0, other.bulk.1, self.bulk.2 + other.bulk.2);
+    }
+}
+
+/// Parses the echo guest's `ping` output (warm-up line first, ignored).
+pub fn parse_guest_output(stdout: &str) -> anyhow::Result<Samples> {
+    let mut s = Samples::default();
+    let mut rtt_lines = 0;
+    let mut pipelines = Vec::new();
+    for line in stdout.lines() {
+        let mut words = line.split_whitespace();
+        let kind = words.next().unwrap_or("");
+        let nums: Vec<u64> = words.map(|w| w.parse().context("number in guest output")).collect::<Result<_, _>>()?;
+        match kind {
+            "rtt" => {
+                rtt_lines += 1;
+                if rtt_lines == 2 {
+                    s.rtt_ns = nums;
+                }
+            }
+            "nagle" => s.nagle_ns = nums,
+            "pipeline" if nums.len() == 3 => pipelines.push((nums[0] as usize, nums[1] as usize, Duration::from_nanos(nums[2]))),
+            "error" => bail!("guest reported: {line}"),
+            _ => {}
+        }
+    }
+    if rtt_lines != 2 || pipelines.len() != 2 || s.nagle_ns.is_empty() {
+        bail!("incomplete guest output:\n{stdout}");
+    }
+    s.pipeline = pipelines[0];
+    s.bulk = pipelines[1];
+    Ok(s)
+}
+
+/// Runs the phases with the echo guest through the host.
+pub async fn guest_ping(runner: &Runner, component: &wasmtime::component::Component, url: &str, w: &Workload) -> anyhow::Result<Samples> {
+    let mut args = vec!["echo".to_string(), "ping".to_string(), url.to_string()];
+    args.extend(w.guest_phases());
+    let outcome = runner.run(component, &args, GuestIo::Capture(64 << 20)).await;
+    if let Err(e) = &outcome.result {
+        bail!("echo guest failed: {e}\nstdout: {}\nstderr: {}", outcome.stdout_text(), String::from_utf8_lossy(&outcome.stderr));
+    }
+    parse_guest_output(&outcome.stdout_text())
+}
+
+type Ws = tokio_tungstenite::WebSocketStream<tokio::net::TcpStream>;
+
+async fn round_trips(ws: &mut Ws, n: usize, size: usize, sends: usize) -> anyhow::Result<Vec<u64>> {
+    let payload = bytes::Bytes::from(vec![0x5au8; size]);
+    let mut samples = Vec::with_capacity(n);
+    for _ in 0..n {
+        let t0 = Instant::now();
+        for _ in 0..sends {
+            ws.send(Message::Binary(payload.clone())).await?;
+        }
+        for _ in 0..sends {
+            next_data(ws).await?;
+        }
+        samples.push(t0.elapsed().as_nanos() as u64);
+    }
+    Ok(samples)
+}
+
+async fn next_data(ws: &mut Ws) -> anyhow::Result<Message> {
+    loop {
+        match ws.next().await {
+            Some(Ok(m)) if crate::echo_server::is_data(&m) => return Ok(m),
+            Some(Ok(_)) => continue,
+            Some(Err(e)) => return Err(e.into()),
+            None => bail!("server closed"),
+        }
+    }
+}
+
+async fn pipeline(ws: &mut Ws, n: usize, size: usize, window: usize) -> anyhow::Result<(usize, usize, Duration)> {
+    let payload = bytes::Bytes::from(vec![0xa5u8; size]);
+    let t0 = Instant::now();
+    let (mut sent, mut received) = (0usize, 0usize);
+    while received < n {
+        let mut fed = false;
+        while sent < n && sent - received < window {
+            ws.feed(Message::Binary(payload.clone())).await?;
+            sent += 1;
+            fed = true;
+        }
+        if fed {
+            ws.flush().await?;
+        }
+        let m = next_data(ws).await?;
+        anyhow::ensure!(m.len() == size, "echo of {} bytes, sent {size}", m.len());
+        received += 1;
+        while let Some(Some(Ok(m))) = ws.next().now_or_never() {
+            if crate::echo_server::is_data(&m) {
+                received += 1;
+            }
+        }
+    }
+    Ok((n, size, t0.elapsed()))
+}
+
+/// Runs the phases with a native tokio-tungstenite client (TCP_NODELAY
+/// set, as the host does).
+pub async fn native_ping(url: &str, w: &Workload) -> anyhow::Result<Samples> {
+    let parsed = url::Url::parse(url)?;
+    let addr = format!("{}:{}", parsed.host_str().context("host")?, parsed.port_or_known_default().context("port")?);
+    let tcp = tokio::net::TcpStream::connect(&addr).await?;
+    tcp.set_nodelay(true)?;
+    let (mut ws, _) = tokio_tungstenite::client_async(url, tcp).await?;
+    round_trips(&mut ws, w.warmup, w.rtt.1, 1).await?;
+    let rtt_ns = round_trips(&mut ws, w.rtt.0, w.rtt.1, 1).await?;
+    let nagle_ns = round_trips(&mut ws, w.nagle.0, w.nagle.1, 2).await?;
+    let pipeline = pipeline(&mut ws, w.pipeline.0, w.pipeline.1, w.pipeline.2).await?;
+    let bulk = pipeline_bulk(&mut ws, w).await?;
+    let _ = ws.close(None).await;
+    Ok(Samples { rtt_ns, nagle_ns, pipeline, bulk })
+}
+
+async fn pipeline_bulk(ws: &mut Ws, w: &Workload) -> anyhow::Result<(usize, usize, Duration)> {
+    pipeline(ws, w.bulk.0, w.bulk.1, w.bulk.2).await
+}
+
+fn histogram(ns: &[u64]) -> Histogram<u64> {
+    let mut h = Histogram::<u64>::new_with_bounds(1, 60_000_000_000, 3).expect("histogram bounds");
+    for &v in ns {
+        h.saturating_record(v.max(1));
+    }
+    h
+}
+
+/// Percentile `q` (0..100) of `ns` samples, in microseconds.
+pub fn percentile_us(ns: &[u64], q: f64) -> f64 {
+    histogram(ns).value_at_quantile(q / 100.0) as f64 / 1000.0
+}
+
+fn rate(p: (usize, usize, Duration)) -> (f64, f64) {
+    let secs = p.2.as_secs_f64().max(1e-9);
+    (p.0 as f64 / secs, (p.0 * p.1) as f64 / secs / 1e6)
+}
+
+/// The figures of one run, guest next to native. Latencies in us, rates in
+/// messages/s and MB/s (10^6 bytes; echoed bytes counted once).
+#[derive(Debug, Serialize)]
+pub struct Report {
+    pub rtt_us_p50: f64,
+    pub rtt_us_p99: f64,
+    pub native_rtt_us_p50: f64,
+    pub native_rtt_us_p99: f64,
+    pub ratio_p50: f64,
+    pub ratio_p99: f64,
+    pub nagle_us_p50: f64,
+    pub nagle_us_p99: f64,
+    pub native_nagle_us_p50: f64,
+    pub native_nagle_us_p99: f64,
+    pub msgs_per_s: f64,
+    pub native_msgs_per_s: f64,
+    pub msgs_ratio: f64,
+    pub mb_per_s: f64,
+    pub native_mb_per_s: f64,
+    pub mb_ratio: f64,
+    pub rtt_samples: usize,
+    pub message_bytes: usize,
+    pub bulk_message_bytes: usize,
+}
+
+impl Report {
+    /// Computes the figures from both sides' samples.
+    pub fn new(guest: &Samples, native: &Samples) -> Report {
+        let (g_msgs, _) = rate(guest.pipeline);
+        let (n_msgs, _) = rate(native.pipeline);
+        let (_, g_mb) = rate(guest.bulk);
+        let (_, n_mb) = rate(native.bulk);
+        let rtt_us_p50 = percentile_us(&guest.rtt_ns, 50.0);
+        let native_rtt_us_p50 = percentile_us(&native.rtt_ns, 50.0);
+        let rtt_us_p99 = percentile_us(&guest.rtt_ns, 99.0);
+        let native_rtt_us_p99 = percentile_us(&native.rtt_ns, 99.0);
+        Report {
+            rtt_us_p50,
+            rtt_us_p99,
+            native_rtt_us_p50,
+            native_rtt_us_p99,
+            ratio_p50: rtt_us_p50 / native_rtt_us_p50,
+            ratio_p99: rtt_us_p99 / native_rtt_us_p99,
+            nagle_us_p50: percentile_us(&guest.nagle_ns, 50.0),
+            nagle_us_p99: percentile_us(&guest.nagle_ns, 99.0),
+            native_nagle_us_p50: percentile_us(&native.nagle_ns, 50.0),
+            native_nagle_us_p99: percentile_us(&native.nagle_ns, 99.0),
+            msgs_per_s: g_msgs,
+            native_msgs_per_s: n_msgs,
+            msgs_ratio: g_msgs / n_msgs,
+            mb_per_s: g_mb,
+            native_mb_per_s: n_mb,
+            mb_ratio: g_mb / n_mb,
+            rtt_samples: guest.rtt_ns.len(),
+            message_bytes: guest.pipeline.1,
+            bulk_message_bytes: guest.bulk.1,
+        }
+    }
+
+    /// The human-readable table.
+    pub fn table(&self) -> String {
+        let row = |name: &str, g: f64, n: f64, unit: &str| format!("{name:<34} {g:>12.1} {n:>12.1}   {:>6.2}x  {unit}\n", g / n);
+        let mut t = format!("{:<34} {:>12} {:>12}   {:>7}\n", "", "guest", "native", "ratio");
+        t += &row(&format!("round trip p50 ({} B)", 32), self.rtt_us_p50, self.native_rtt_us_p50, "us");
+        t += &row("round trip p99", self.rtt_us_p99, self.native_rtt_us_p99, "us");
+        t += &row("2 sends + 2 echoes p50 (Nagle case)", self.nagle_us_p50, self.native_nagle_us_p50, "us");
+        t += &row("2 sends + 2 echoes p99", self.nagle_us_p99, self.native_nagle_us_p99, "us");
+        t += &row(&format!("messages/s ({} B, pipelined)", self.message_bytes), self.msgs_per_s, self.native_msgs_per_s, "msg/s");
+        t += &row(&format!("MB/s ({} KiB messages)", self.bulk_message_bytes >> 10), self.mb_per_s, self.native_mb_per_s, "MB/s");
+        t
+    }
+}
+
+/// Runs guest and native `rounds` times each, alternating, against `url`,
+/// and pools the samples.
+pub async fn compare(runner: &Runner, component: &wasmtime::component::Component, url: &str, w: &Workload, rounds: usize) -> anyhow::Result<Report> {
+    let mut guest = Samples::default();
+    let mut native = Samples::default();
+    for _ in 0..rounds.max(1) {
+        guest.merge(guest_ping(runner, component, url, w).await?);
+        native.merge(native_ping(url, w).await?);
+    }
+    Ok(Report::new(&guest, &native))
+}

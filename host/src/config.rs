@@ -1,0 +1,97 @@
+//! Every limit and knob of the host in one place, with documented defaults
+//! and units. The CLI (`tether run --help`) and the embedding API set the
+//! same fields.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::policy::Policy;
+
+/// Limits that bound what one guest can make the host hold or do.
+///
+/// Byte counts are bytes; durations are wall-clock.
+#[derive(Clone, Debug)]
+pub struct Limits {
+    /// Largest WebSocket message a guest may send or receive, bytes.
+    /// Larger inbound messages end the stream with close code 1009.
+    /// Default 64 MiB.
+    pub max_message_bytes: usize,
+    /// Inbound buffer per message stream, bytes. When it is full the host
+    /// stops reading the socket, so TCP pushes back on the peer. One
+    /// message larger than the bound is still accepted when the buffer is
+    /// empty. Default 1 MiB.
+    pub inbound_buffer_bytes: usize,
+    /// Outbound buffer per message stream, bytes. When full, `send` returns
+    /// `would-block` and `subscribe-send` wakes the guest once there is room.
+    /// Default 1 MiB.
+    pub outbound_buffer_bytes: usize,
+    /// Outbound buffer per TCP byte stream, bytes (what `check-write`
+    /// grants at most). Default 256 KiB.
+    pub tcp_write_buffer_bytes: usize,
+    /// Largest single read from a TCP byte stream, bytes. Default 64 KiB.
+    pub tcp_read_chunk_bytes: usize,
+    /// Accepted connections a listener holds before the guest takes them;
+    /// past it the host stops accepting (the kernel backlog pushes back).
+    /// Default 64.
+    pub accept_backlog: usize,
+    /// Deadline for DNS plus TCP connect. Default 10 s.
+    pub connect_timeout: Duration,
+    /// Deadline for the TLS and WebSocket handshakes, dialled or accepted.
+    /// Default 10 s.
+    pub handshake_timeout: Duration,
+    /// Linear memory a guest may grow to, bytes. Default 256 MiB.
+    pub max_memory_bytes: usize,
+    /// Longest a guest may run without returning to the host (a runaway
+    /// loop). Past it the guest is stopped with a clear error; other guests
+    /// keep running. Checked every `epoch_tick`. Default 10 s.
+    pub max_run_without_yield: Duration,
+    /// Granularity of the runaway check and of cooperative yielding between
+    /// guests that share a thread. Not a data-path timer: it never wakes a
+    /// guest. Default 10 ms.
+    pub epoch_tick: Duration,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_message_bytes: 64 << 20,
+            inbound_buffer_bytes: 1 << 20,
+            outbound_buffer_bytes: 1 << 20,
+            tcp_write_buffer_bytes: 256 << 10,
+            tcp_read_chunk_bytes: 64 << 10,
+            accept_backlog: 64,
+            connect_timeout: Duration::from_secs(10),
+            handshake_timeout: Duration::from_secs(10),
+            max_memory_bytes: 256 << 20,
+            max_run_without_yield: Duration::from_secs(10),
+            epoch_tick: Duration::from_millis(10),
+        }
+    }
+}
+
+/// Where TLS trust comes from.
+#[derive(Clone, Debug)]
+pub struct TlsOptions {
+    /// Trust the operating system's roots (falls back to the bundled
+    /// webpki roots when the system has none). Default true.
+    pub system_roots: bool,
+    /// PEM files whose certificates are added as roots (`--ca-file`).
+    pub extra_ca_files: Vec<PathBuf>,
+}
+
+impl Default for TlsOptions {
+    fn default() -> Self {
+        TlsOptions { system_roots: true, extra_ca_files: Vec::new() }
+    }
+}
+
+/// Everything the host needs to serve one or more guests.
+#[derive(Clone, Debug, Default)]
+pub struct Config {
+    /// Which destinations a guest may dial and where it may listen.
+    pub policy: Policy,
+    /// TLS trust.
+    pub tls: TlsOptions,
+    /// Resource limits.
+    pub limits: Limits,
+}

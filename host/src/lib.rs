@@ -1,0 +1,122 @@
+//! Tether: a wasmtime host that gives WebAssembly components WebSocket
+//! message streams and TCP byte streams backed by real sockets.
+//!
+//! # Embedding
+//!
+//! Three things to call, in the style of `wasmtime-wasi-http`:
+//!
+//! 1. [`HostCtx::new`] once, from a [`Config`] (policy, TLS roots, limits);
+//! 2. [`add_to_linker`] on your own `Linker<T>` (next to
+//!    `wasmtime_wasi::p2::add_to_linker_async`), where your store data `T`
+//!    implements [`TetherView`] by handing out a [`TetherCtx`] and the
+//!    store's `ResourceTable`;
+//! 3. run the guest on a tokio runtime (current-thread keeps a guest and
+//!    its sockets on one thread: host-guest wake-ups stay ~2 us).
+//!
+//! Or let [`runner::Runner`] do all of it: engine configuration, memory and
+//! runaway limits, stdout capture.
+//!
+//! ```no_run
+//! # async fn demo(wasm: &[u8]) -> anyhow::Result<()> {
+//! use tether_host::{Config, policy::Policy, runner::{Runner, EngineKind, GuestIo}};
+//! let mut config = Config::default();
+//! config.policy = Policy { allow: vec!["127.0.0.1:*".parse()?], ..Policy::default() };
+//! let runner = Runner::new(config, EngineKind::Cranelift)?;
+//! let component = runner.compile(wasm)?;
+//! let outcome = runner.run(&component, &["echo", "client", "ws://127.0.0.1:9001/"], GuestIo::Inherit).await;
+//! println!("{outcome:?}");
+//! # Ok(()) }
+//! ```
+//!
+//! # Where things are
+//! - `websocket.rs`: the message-stream, connect and listener resources;
+//! - `tcp.rs`: byte streams over `wasi:io` input and output streams;
+//! - `policy.rs`: the capability checks (deny by default);
+//! - `net.rs`: dialling and binding under the policy, TCP_NODELAY;
+//! - `ready.rs`: event-driven wake-ups (no periodic tick);
+//! - `config.rs`: every limit with its default and unit;
+//! - `runner.rs`: engines, stores, limits, running a guest.
+
+use std::sync::Arc;
+
+use wasmtime::component::{HasData, Linker, ResourceTable};
+
+pub mod bindings;
+pub mod config;
+pub mod net;
+pub mod policy;
+pub mod ready;
+pub mod runner;
+pub mod tcp;
+pub mod tls;
+pub mod websocket;
+
+pub mod bench;
+pub mod echo_server;
+
+pub use bindings::ErrorCode;
+pub use config::{Config, Limits, TlsOptions};
+
+/// What every guest of one host shares: the configuration and the TLS
+/// client configuration built from it. Cheap to clone through `Arc`.
+#[derive(Debug)]
+pub struct HostCtx {
+    /// Policy, TLS options and limits.
+    pub config: Config,
+    /// rustls client configuration for `wss://`.
+    pub tls: Arc<rustls::ClientConfig>,
+}
+
+impl HostCtx {
+    /// Builds the shared context. Errors: an unreadable or empty CA file.
+    pub fn new(config: Config) -> anyhow::Result<Arc<HostCtx>> {
+        let tls = tls::client_config(&config.tls)?;
+        Ok(Arc::new(HostCtx { config, tls }))
+    }
+}
+
+/// Per-guest Tether state, kept in the store's data.
+pub struct TetherCtx {
+    pub(crate) host: Arc<HostCtx>,
+}
+
+impl TetherCtx {
+    /// A guest context under the shared host context.
+    pub fn new(host: Arc<HostCtx>) -> TetherCtx {
+        TetherCtx { host }
+    }
+}
+
+/// Gives the Tether host functions access to their state, like
+/// `wasmtime_wasi::WasiView`.
+pub trait TetherView: Send {
+    /// The guest's Tether context and the store's resource table.
+    fn tether(&mut self) -> TetherCtxView<'_>;
+}
+
+/// Borrowed view of the Tether context and the resource table; the host
+/// interfaces are implemented on it.
+pub struct TetherCtxView<'a> {
+    /// This guest's context.
+    pub ctx: &'a mut TetherCtx,
+    /// The store's resource table (shared with wasmtime-wasi).
+    pub table: &'a mut ResourceTable,
+}
+
+struct HasTether;
+
+impl HasData for HasTether {
+    type Data<'a> = TetherCtxView<'a>;
+}
+
+impl bindings::tether::streams::types::Host for TetherCtxView<'_> {}
+
+/// Adds the `tether:streams` interfaces (types, websocket, tcp) to `linker`.
+/// Add `wasmtime_wasi::p2::add_to_linker_async` as well: Tether's streams
+/// and pollables are `wasi:io` resources.
+pub fn add_to_linker<T: TetherView + 'static>(linker: &mut Linker<T>) -> wasmtime::Result<()> {
+    use bindings::tether::streams::{tcp, types, websocket};
+    types::add_to_linker::<T, HasTether>(linker, T::tether)?;
+    websocket::add_to_linker::<T, HasTether>(linker, T::tether)?;
+    tcp::add_to_linker::<T, HasTether>(linker, T::tether)
+}

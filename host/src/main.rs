@@ -1,0 +1,229 @@
+//! The `tether` command line: run guest components, the demo, benchmarks.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use clap::{Args, Parser, Subcommand};
+use tether_host::bench::{self, Workload};
+use tether_host::echo_server::EchoServer;
+use tether_host::policy::{Policy, Rule};
+use tether_host::runner::{EngineKind, GuestIo, Runner};
+use tether_host::{Config, Limits, TlsOptions};
+
+#[derive(Parser)]
+#[command(name = "tether", version, about = "A WebAssembly component host for message streams")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run a guest component built against the Tether world.
+    Run(RunArgs),
+    /// Echo round trips through a guest next to a native client, on an
+    /// embedded server (or --url), with the ratios.
+    Demo(DemoArgs),
+    /// Benchmarks.
+    #[command(subcommand)]
+    Bench(BenchCommand),
+}
+
+#[derive(Subcommand)]
+enum BenchCommand {
+    /// Echo round trips, messages/s and MB/s: guest vs native client.
+    Echo(BenchEchoArgs),
+}
+
+#[derive(Args, Clone)]
+struct HostArgs {
+    /// Allow dialling HOST:PORT (repeatable). HOST: name, *.suffix, *, IP,
+    /// CIDR; PORT: number, LO-HI, or *. Nothing is allowed by default.
+    #[arg(long = "allow", value_name = "RULE")]
+    allow: Vec<Rule>,
+    /// Never allow HOST:PORT, even when --allow matches; also checked
+    /// against every resolved address (repeatable).
+    #[arg(long = "deny", value_name = "RULE")]
+    deny: Vec<Rule>,
+    /// Allow binding listeners on IP:PORT (repeatable), e.g. 127.0.0.1:*.
+    #[arg(long = "listen", value_name = "RULE")]
+    listen: Vec<Rule>,
+    /// Add the certificates in this PEM file to the trusted roots.
+    #[arg(long = "ca-file", value_name = "PEM")]
+    ca_file: Vec<PathBuf>,
+    /// Do not trust the system's root certificates.
+    #[arg(long)]
+    no_system_roots: bool,
+    /// wasmtime, wasmtime-winch or wasmtime-pooling.
+    #[arg(long, default_value = "wasmtime")]
+    engine: String,
+    /// Guest linear memory limit, MiB.
+    #[arg(long, default_value_t = 256)]
+    max_memory_mib: usize,
+    /// Largest WebSocket message, bytes.
+    #[arg(long, default_value_t = Limits::default().max_message_bytes)]
+    max_message_bytes: usize,
+    /// Inbound buffer per message stream, bytes.
+    #[arg(long, default_value_t = Limits::default().inbound_buffer_bytes)]
+    inbound_buffer_bytes: usize,
+    /// Outbound buffer per message stream, bytes.
+    #[arg(long, default_value_t = Limits::default().outbound_buffer_bytes)]
+    outbound_buffer_bytes: usize,
+    /// Connect deadline (DNS + TCP), ms.
+    #[arg(long, default_value_t = 10_000)]
+    connect_timeout_ms: u64,
+    /// TLS + WebSocket handshake deadline, ms.
+    #[arg(long, default_value_t = 10_000)]
+    handshake_timeout_ms: u64,
+    /// Stop a guest that runs this long without returning to the host, ms.
+    #[arg(long, default_value_t = 10_000)]
+    max_run_ms: u64,
+}
+
+impl HostArgs {
+    fn config(&self) -> Config {
+        Config {
+            policy: Policy { allow: self.allow.clone(), deny: self.deny.clone(), listen: self.listen.clone() },
+            tls: TlsOptions { system_roots: !self.no_system_roots, extra_ca_files: self.ca_file.clone() },
+            limits: Limits {
+                max_message_bytes: self.max_message_bytes,
+                inbound_buffer_bytes: self.inbound_buffer_bytes,
+                outbound_buffer_bytes: self.outbound_buffer_bytes,
+                connect_timeout: Duration::from_millis(self.connect_timeout_ms),
+                handshake_timeout: Duration::from_millis(self.handshake_timeout_ms),
+                max_memory_bytes: self.max_memory_mib << 20,
+                max_run_without_yield: Duration::from_millis(self.max_run_ms),
+                ..Limits::default()
+            },
+        }
+    }
+
+    fn engine(&self) -> anyhow::Result<EngineKind> {
+        Ok(match self.engine.as_str() {
+            "wasmtime" => EngineKind::Cranelift,
+            "wasmtime-winch" => EngineKind::Winch,
+            "wasmtime-pooling" => EngineKind::Pooling,
+            other => bail!("unknown engine `{other}` (wasmtime, wasmtime-winch, wasmtime-pooling)"),
+        })
+    }
+}
+
+#[derive(Args)]
+struct RunArgs {
+    /// The guest component (.wasm).
+    guest: PathBuf,
+    #[command(flatten)]
+    host: HostArgs,
+    /// Arguments for the guest.
+    #[arg(last = true)]
+    args: Vec<String>,
+}
+
+#[derive(Args)]
+struct DemoArgs {
+    /// Use this echo server instead of the embedded one.
+    #[arg(long)]
+    url: Option<String>,
+}
+
+#[derive(Args)]
+struct BenchEchoArgs {
+    /// Print one JSON object instead of the table.
+    #[arg(long)]
+    json: bool,
+    /// A short smoke run (CI).
+    #[arg(long)]
+    quick: bool,
+    /// Alternating guest/native rounds to pool.
+    #[arg(long, default_value_t = 3)]
+    rounds: usize,
+    /// Use this echo server instead of the embedded one.
+    #[arg(long)]
+    url: Option<String>,
+}
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("TETHER_LOG").unwrap_or_else(|_| "warn".into()))
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    // One thread: a guest and its sockets' tasks wake each other without
+    // crossing threads (~2 us instead of 5-30 us).
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("tokio runtime");
+    match rt.block_on(run(cli)) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("tether: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    match cli.command {
+        Command::Run(args) => {
+            let wasm = std::fs::read(&args.guest).with_context(|| format!("reading {}", args.guest.display()))?;
+            let runner = Runner::new(args.host.config(), args.host.engine()?)?;
+            let component = runner.compile(&wasm).with_context(|| format!("compiling {}", args.guest.display()))?;
+            let name = args.guest.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+            let mut guest_args = vec![name];
+            guest_args.extend(args.args);
+            let outcome = runner.run(&component, &guest_args, GuestIo::Inherit).await;
+            match outcome.result {
+                Ok(()) => Ok(ExitCode::SUCCESS),
+                Err(tether_host::runner::RunError::Exit(code)) => Ok(ExitCode::from(code.clamp(0, 255) as u8)),
+                Err(e) => bail!("{e}"),
+            }
+        }
+        Command::Demo(args) => {
+            let (server, url) = server_and_url(args.url)?;
+            println!("Tether demo: echo guest (WebAssembly, through the host) vs native tokio-tungstenite client");
+            println!("server: {url}{}", if server.is_some() { " (embedded tokio-tungstenite echo server)" } else { "" });
+            let report = compare(&url, &Workload::demo(), 1).await?;
+            println!("\n{}", report.table());
+            println!("guest/native round-trip ratio p50: {:.2}x (target: at most 1.3x)", report.ratio_p50);
+            drop(server);
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Bench(BenchCommand::Echo(args)) => {
+            let (server, url) = server_and_url(args.url)?;
+            let workload = if args.quick { Workload::quick() } else { Workload::bench() };
+            let report = compare(&url, &workload, args.rounds).await?;
+            if args.json {
+                println!("{}", serde_json::to_string(&report)?);
+            } else {
+                println!("tether bench echo: {url}, {} rounds, {} round trips each side\n", args.rounds, report.rtt_samples);
+                println!("{}", report.table());
+            }
+            drop(server);
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+fn server_and_url(url: Option<String>) -> anyhow::Result<(Option<EchoServer>, String)> {
+    Ok(match url {
+        Some(u) => (None, u),
+        None => {
+            let s = EchoServer::start().context("starting the embedded echo server")?;
+            let u = s.url();
+            (Some(s), u)
+        }
+    })
+}
+
+async fn compare(url: &str, workload: &Workload, rounds: usize) -> anyhow::Result<bench::Report> {
+    let target = tether_host::websocket::parse_ws_url(url).map_err(|e| anyhow::anyhow!("{e:?}"))?;
+    let rule: Rule = if target.host.contains(':') {
+        format!("[{}]:{}", target.host, target.port).parse()?
+    } else {
+        format!("{}:{}", target.host, target.port).parse()?
+    };
+    let config = Config { policy: Policy { allow: vec![rule], ..Policy::default() }, ..Config::default() };
+    let runner = Runner::new(config, EngineKind::Cranelift)?;
+    let component = runner.compile(tether_guest_artifacts::ECHO)?;
+    bench::compare(&runner, &component, url, workload, rounds).await
+}

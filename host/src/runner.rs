@@ -1,0 +1,302 @@
+//! Running guest components: engine configuration, per-guest stores with
+//! memory and runaway limits, stdout capture.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use wasmtime::component::{Component, Linker, ResourceTable};
+use wasmtime::{CallHook, Config as EngineConfig, Engine, Store, StoreLimits, StoreLimitsBuilder, UpdateDeadline};
+use wasmtime_wasi::p2::bindings::Command;
+use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
+use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
+
+use crate::{Config, HostCtx, TetherCtx, TetherCtxView, TetherView};
+
+/// How guests are compiled and instantiated.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum EngineKind {
+    /// Cranelift, on-demand allocation (wasmtime's default).
+    Cranelift,
+    /// The Winch baseline compiler.
+    Winch,
+    /// Cranelift with the pooling instance allocator, as a multi-tenant
+    /// embedder configures it (memory slots sized to the guest limit).
+    Pooling,
+}
+
+impl EngineKind {
+    /// The name used on the command line and in reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            EngineKind::Cranelift => "wasmtime",
+            EngineKind::Winch => "wasmtime-winch",
+            EngineKind::Pooling => "wasmtime-pooling",
+        }
+    }
+}
+
+/// Where a guest's stdout and stderr go.
+#[derive(Clone, Copy, Debug)]
+pub enum GuestIo {
+    /// The host process's own stdout/stderr.
+    Inherit,
+    /// Captured in memory, at most this many bytes each; returned in
+    /// [`Outcome`].
+    Capture(usize),
+}
+
+/// Why a guest run failed.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    /// The component could not be instantiated (missing imports, ...).
+    #[error("cannot instantiate guest: {0}")]
+    Instantiate(String),
+    /// The guest exited with a non-zero status.
+    #[error("guest exited with status {0}")]
+    Exit(i32),
+    /// The guest ran longer than `max_run_without_yield` without returning
+    /// to the host and was stopped.
+    #[error("guest stopped: it ran for more than {0:?} without returning to the host (runaway loop?)")]
+    Runaway(Duration),
+    /// The guest tried to grow its memory past `max_memory_bytes`.
+    #[error("guest stopped: memory limit of {0} bytes exceeded")]
+    MemoryLimit(usize),
+    /// The guest trapped.
+    #[error("guest trapped: {0}")]
+    Trap(String),
+}
+
+/// The result of one guest run.
+#[derive(Debug)]
+pub struct Outcome {
+    /// `Ok` when the guest's `main` returned normally.
+    pub result: Result<(), RunError>,
+    /// Captured stdout (empty with [`GuestIo::Inherit`]).
+    pub stdout: Vec<u8>,
+    /// Captured stderr (empty with [`GuestIo::Inherit`]).
+    pub stderr: Vec<u8>,
+    /// Wall-clock time of instantiate plus run.
+    pub elapsed: Duration,
+}
+
+impl Outcome {
+    /// Captured stdout as UTF-8 (lossy).
+    pub fn stdout_text(&self) -> String {
+        String::from_utf8_lossy(&self.stdout).into_owned()
+    }
+}
+
+/// A guest's store data: WASI, Tether, the resource table and the limits.
+pub struct GuestState {
+    wasi: WasiCtx,
+    table: ResourceTable,
+    tether: TetherCtx,
+    limits: StoreLimits,
+    /// When the guest last got control back from the host; the runaway
+    /// check measures from here.
+    resumed: Instant,
+}
+
+impl WasiView for GuestState {
+    fn ctx(&mut self) -> WasiCtxView<'_> {
+        WasiCtxView { ctx: &mut self.wasi, table: &mut self.table }
+    }
+}
+
+impl TetherView for GuestState {
+    fn tether(&mut self) -> TetherCtxView<'_> {
+        TetherCtxView { ctx: &mut self.tether, table: &mut self.table }
+    }
+}
+
+#[derive(Debug)]
+struct Runaway(Duration);
+
+impl std::fmt::Display for Runaway {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "guest ran for more than {:?} without returning to the host", self.0)
+    }
+}
+
+impl std::error::Error for Runaway {}
+
+/// Compiles and runs guests under one [`Config`]. Share one `Runner`
+/// between many guests; each run gets its own store.
+pub struct Runner {
+    engine: Engine,
+    linker: Linker<GuestState>,
+    host: Arc<HostCtx>,
+    kind: EngineKind,
+}
+
+fn engine_config(kind: EngineKind, config: &Config) -> EngineConfig {
+    let mut c = EngineConfig::new();
+    c.epoch_interruption(true);
+    match kind {
+        EngineKind::Cranelift => {}
+        EngineKind::Winch => {
+            c.strategy(wasmtime::Strategy::Winch);
+        }
+        EngineKind::Pooling => {
+            let mut pool = wasmtime::PoolingAllocationConfig::default();
+            pool.total_component_instances(64)
+                .total_core_instances(256)
+                .total_memories(64)
+                .total_tables(128)
+                .max_memory_size(config.limits.max_memory_bytes);
+            c.allocation_strategy(wasmtime::InstanceAllocationStrategy::Pooling(pool));
+        }
+    }
+    c
+}
+
+impl Runner {
+    /// Builds the engine and linker and starts the epoch ticker (a thread
+    /// that only advances wasmtime's epoch counter every
+    /// `limits.epoch_tick`; it never wakes a guest).
+    ///
+    /// Errors: engine configuration rejected, unreadable CA file.
+    pub fn new(config: Config, kind: EngineKind) -> anyhow::Result<Runner> {
+        let engine = Engine::new(&engine_config(kind, &config))?;
+        let mut linker = Linker::new(&engine);
+        wasmtime_wasi::p2::add_to_linker_async(&mut linker)?;
+        crate::add_to_linker(&mut linker)?;
+        let weak = engine.weak();
+        let tick = config.limits.epoch_tick;
+        std::thread::Builder::new().name("tether-epoch".into()).spawn(move || {
+            while let Some(engine) = weak.upgrade() {
+                engine.increment_epoch();
+                drop(engine);
+                std::thread::sleep(tick);
+            }
+        })?;
+        Ok(Runner { engine, linker, host: HostCtx::new(config)?, kind })
+    }
+
+    /// The engine kind this runner uses.
+    pub fn kind(&self) -> EngineKind {
+        self.kind
+    }
+
+    /// The shared host context (configuration, TLS).
+    pub fn host(&self) -> &Arc<HostCtx> {
+        &self.host
+    }
+
+    /// Compiles a component (`.wasm` bytes).
+    pub fn compile(&self, wasm: &[u8]) -> anyhow::Result<Component> {
+        Ok(Component::new(&self.engine, wasm)?)
+    }
+
+    /// Like [`Runner::compile`], but reuses machine code compiled earlier in
+    /// this process for the same bytes and engine configuration (tests and
+    /// the conformance suite run one guest under many configurations).
+    pub fn compile_cached(&self, wasm: &[u8]) -> anyhow::Result<Component> {
+        use std::collections::HashMap;
+        use std::hash::{Hash, Hasher};
+        use std::sync::{Mutex, OnceLock};
+        type Key = (u64, usize, EngineKind, usize);
+        static CACHE: OnceLock<Mutex<HashMap<Key, Arc<Vec<u8>>>>> = OnceLock::new();
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        wasm.hash(&mut hasher);
+        let key = (hasher.finish(), wasm.len(), self.kind, self.host.config.limits.max_memory_bytes);
+        let cache = CACHE.get_or_init(Default::default);
+        let hit = cache.lock().unwrap().get(&key).cloned();
+        let bytes = match hit {
+            Some(b) => b,
+            None => {
+                let b = Arc::new(self.engine.precompile_component(wasm)?);
+                cache.lock().unwrap().insert(key, b.clone());
+                b
+            }
+        };
+        // SAFETY: the bytes were produced by `precompile_component` in this
+        // process for an engine with the same configuration.
+        Ok(unsafe { Component::deserialize(&self.engine, &bytes[..]) }?)
+    }
+
+    /// Runs `component` as a `wasi:cli/command` with `args` (`args[0]` is
+    /// the program name) to completion on the current tokio runtime.
+    pub async fn run(&self, component: &Component, args: &[impl AsRef<str>], io: GuestIo) -> Outcome {
+        let started = Instant::now();
+        let limits = &self.host.config.limits;
+        let mut wasi = WasiCtx::builder();
+        wasi.args(args);
+        let pipes = match io {
+            GuestIo::Inherit => {
+                wasi.inherit_stdout().inherit_stderr();
+                None
+            }
+            GuestIo::Capture(max) => {
+                let (out, err) = (MemoryOutputPipe::new(max), MemoryOutputPipe::new(max));
+                wasi.stdout(out.clone()).stderr(err.clone());
+                Some((out, err))
+            }
+        };
+        let state = GuestState {
+            wasi: wasi.build(),
+            table: ResourceTable::new(),
+            tether: TetherCtx::new(self.host.clone()),
+            limits: StoreLimitsBuilder::new()
+                .memory_size(limits.max_memory_bytes)
+                .trap_on_grow_failure(true)
+                .build(),
+            resumed: Instant::now(),
+        };
+        let mut store = Store::new(&self.engine, state);
+        store.limiter(|s| &mut s.limits);
+        store.call_hook(|mut ctx, hook| {
+            if matches!(hook, CallHook::ReturningFromHost | CallHook::CallingWasm) {
+                ctx.data_mut().resumed = Instant::now();
+            }
+            Ok(())
+        });
+        let max_run = limits.max_run_without_yield;
+        store.epoch_deadline_callback(move |ctx| {
+            if ctx.data().resumed.elapsed() > max_run {
+                return Err(Runaway(max_run).into());
+            }
+            // Let socket tasks and other guests on this thread run.
+            Ok(UpdateDeadline::Yield(1))
+        });
+        store.set_epoch_deadline(1);
+        let result = async {
+            let command = Command::instantiate_async(&mut store, component, &self.linker)
+                .await
+                .map_err(|e| RunError::Instantiate(format!("{e:#}")))?;
+            match command.wasi_cli_run().call_run(&mut store).await {
+                Ok(Ok(())) => Ok(()),
+                Ok(Err(())) => Err(RunError::Exit(1)),
+                Err(e) => Err(classify_trap(e, limits.max_memory_bytes)),
+            }
+        }
+        .await;
+        drop(store);
+        let (stdout, stderr) = match pipes {
+            Some((o, e)) => (o.contents().to_vec(), e.contents().to_vec()),
+            None => (Vec::new(), Vec::new()),
+        };
+        Outcome { result, stdout, stderr, elapsed: started.elapsed() }
+    }
+}
+
+fn classify_trap(e: wasmtime::Error, max_memory: usize) -> RunError {
+    if let Some(exit) = e.downcast_ref::<wasmtime_wasi::I32Exit>() {
+        return if exit.0 == 0 { RunError::Exit(0) } else { RunError::Exit(exit.0) };
+    }
+    if let Some(r) = e.downcast_ref::<Runaway>() {
+        return RunError::Runaway(r.0);
+    }
+    let text = format!("{e:?}");
+    if text.contains("forcing trap when growing memory") {
+        return RunError::MemoryLimit(max_memory);
+    }
+    RunError::Trap(text)
+}
+
+impl Outcome {
+    /// `Ok` for a normal return or `exit(0)`.
+    pub fn success(&self) -> bool {
+        matches!(self.result, Ok(()) | Err(RunError::Exit(0)))
+    }
+}

@@ -1,0 +1,470 @@
+//! TCP byte streams: the `tether:streams/tcp` interface.
+//!
+//! Data flows through ordinary `wasi:io` streams. Reads go straight to the
+//! socket (`try_read`, no extra buffer or task); writes go straight to the
+//! socket too when nothing is queued, and only the part the kernel did not
+//! take waits in a bounded per-stream buffer that a writer task drains. A
+//! full buffer makes `check-write` return 0: backpressure, never loss.
+
+use std::collections::VecDeque;
+use std::io;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use bytes::Bytes;
+use tokio::net::TcpStream;
+use tokio::task::AbortHandle;
+use wasmtime::component::Resource;
+use wasmtime_wasi::p2::{DynInputStream, DynOutputStream, DynPollable, InputStream, OutputStream, Pollable, StreamError, StreamResult, subscribe};
+
+use crate::bindings::tether::streams::tcp as wit;
+use crate::bindings::ErrorCode;
+use crate::ready::{Pending, Signal};
+use crate::{HostCtx, TetherCtxView, net};
+
+#[derive(Default)]
+struct WriteState {
+    queue: VecDeque<Bytes>,
+    queued: usize,
+    /// `flush` was called: `check-write` grants nothing until the queue is
+    /// empty.
+    flushing: bool,
+    shutdown_requested: bool,
+    /// The output stream was dropped: drain, then end the task.
+    dropped: bool,
+    error: Option<String>,
+}
+
+struct Writer {
+    stream: Arc<TcpStream>,
+    state: Mutex<WriteState>,
+    limit: usize,
+    /// Writer task: bytes queued, shutdown requested or stream dropped.
+    work: Signal,
+    /// Guest side: queue shrank or an error happened.
+    progress: Signal,
+}
+
+impl Writer {
+    fn lock(&self) -> MutexGuard<'_, WriteState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn shutdown_now(&self) {
+        if let Err(e) = socket2::SockRef::from(&*self.stream).shutdown(std::net::Shutdown::Write) {
+            tracing::debug!("shutdown(SHUT_WR) failed: {e}");
+        }
+    }
+
+    fn permit(&self, st: &WriteState) -> StreamResult<usize> {
+        if let Some(e) = &st.error {
+            return Err(StreamError::LastOperationFailed(wasmtime::format_err!("{e}")));
+        }
+        if st.shutdown_requested {
+            return Err(StreamError::Closed);
+        }
+        if st.flushing && st.queued > 0 {
+            return Ok(0);
+        }
+        Ok(self.limit - st.queued)
+    }
+}
+
+async fn drain(writer: Arc<Writer>) {
+    loop {
+        writer
+            .work
+            .wait_until(|| {
+                let st = writer.lock();
+                st.queued > 0 || st.shutdown_requested || st.dropped
+            })
+            .await;
+        let front = writer.lock().queue.front().cloned();
+        match front {
+            Some(chunk) => {
+                let result = match writer.stream.writable().await {
+                    Ok(()) => writer.stream.try_write(&chunk),
+                    Err(e) => Err(e),
+                };
+                let mut st = writer.lock();
+                match result {
+                    Ok(n) => {
+                        st.queued -= n;
+                        if n == chunk.len() {
+                            st.queue.pop_front();
+                        } else if let Some(f) = st.queue.front_mut() {
+                            *f = chunk.slice(n..);
+                        }
+                        if st.queued == 0 {
+                            st.flushing = false;
+                        }
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock || e.kind() == io::ErrorKind::Interrupted => continue,
+                    Err(e) => {
+                        st.error = Some(e.to_string());
+                        st.queue.clear();
+                        st.queued = 0;
+                    }
+                }
+                drop(st);
+                writer.progress.wake();
+            }
+            None => {
+                let st = writer.lock();
+                let (shutdown, dropped) = (st.shutdown_requested, st.dropped);
+                drop(st);
+                if shutdown {
+                    writer.shutdown_now();
+                }
+                if shutdown || dropped {
+                    return;
+                }
+            }
+        }
+        if writer.lock().error.is_some() {
+            return;
+        }
+    }
+}
+
+/// The output half of a connection (a `wasi:io` output-stream).
+struct TcpOutput(Arc<Writer>);
+
+impl Drop for TcpOutput {
+    fn drop(&mut self) {
+        self.0.lock().dropped = true;
+        self.0.work.wake();
+    }
+}
+
+#[async_trait::async_trait]
+impl OutputStream for TcpOutput {
+    fn write(&mut self, bytes: Bytes) -> StreamResult<()> {
+        let w = &self.0;
+        let mut st = w.lock();
+        let permit = w.permit(&st)?;
+        if bytes.len() > permit {
+            return Err(StreamError::trap("write exceeds the permit from check-write"));
+        }
+        let mut rest = bytes;
+        if st.queued == 0 {
+            // Fast path: straight to the socket, no task hop.
+            match w.stream.try_write(&rest) {
+                Ok(n) => rest = rest.slice(n..),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock || e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    st.error = Some(e.to_string());
+                    return Err(StreamError::LastOperationFailed(e.into()));
+                }
+            }
+        }
+        if !rest.is_empty() {
+            st.queued += rest.len();
+            st.queue.push_back(rest);
+            drop(st);
+            w.work.wake();
+        }
+        Ok(())
+    }
+
+    fn flush(&mut self) -> StreamResult<()> {
+        let w = &self.0;
+        let mut st = w.lock();
+        w.permit(&st)?;
+        if st.queued > 0 {
+            st.flushing = true;
+        }
+        Ok(())
+    }
+
+    fn check_write(&mut self) -> StreamResult<usize> {
+        let w = &self.0;
+        let st = w.lock();
+        w.permit(&st)
+    }
+}
+
+#[async_trait::async_trait]
+impl Pollable for TcpOutput {
+    async fn ready(&mut self) {
+        let w = &self.0;
+        w.progress.wait_until(|| !matches!(w.permit(&w.lock()), Ok(0))).await;
+    }
+}
+
+/// The input half of a connection (a `wasi:io` input-stream).
+struct TcpInput {
+    stream: Arc<TcpStream>,
+    chunk: usize,
+    closed: bool,
+}
+
+#[async_trait::async_trait]
+impl InputStream for TcpInput {
+    fn read(&mut self, size: usize) -> StreamResult<Bytes> {
+        if self.closed {
+            return Err(StreamError::Closed);
+        }
+        let mut buf = vec![0u8; size.min(self.chunk)];
+        if buf.is_empty() {
+            return Ok(Bytes::new());
+        }
+        match self.stream.try_read(&mut buf) {
+            Ok(0) => {
+                self.closed = true;
+                Err(StreamError::Closed)
+            }
+            Ok(n) => {
+                buf.truncate(n);
+                Ok(buf.into())
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock || e.kind() == io::ErrorKind::Interrupted => Ok(Bytes::new()),
+            Err(e) => {
+                self.closed = true;
+                Err(StreamError::LastOperationFailed(e.into()))
+            }
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl Pollable for TcpInput {
+    async fn ready(&mut self) {
+        if !self.closed {
+            let _ = self.stream.readable().await;
+        }
+    }
+}
+
+/// An open TCP connection (the `byte-stream` resource).
+pub struct ByteStream {
+    writer: Arc<Writer>,
+    peer: SocketAddr,
+    local: SocketAddr,
+}
+
+/// A connection handed to a guest: the `byte-stream` and its two `wasi:io`
+/// streams.
+pub type Connection = (ByteStream, DynInputStream, DynOutputStream);
+
+/// Wraps a connected socket (TCP_NODELAY already set) and starts its writer
+/// task on the current runtime.
+pub fn open(stream: TcpStream, ctx: &HostCtx) -> Result<Connection, ErrorCode> {
+    let peer = stream.peer_addr().map_err(|e| net::io_error(&e))?;
+    let local = stream.local_addr().map_err(|e| net::io_error(&e))?;
+    let stream = Arc::new(stream);
+    let limits = &ctx.config.limits;
+    let writer = Arc::new(Writer {
+        stream: stream.clone(),
+        state: Mutex::new(WriteState::default()),
+        limit: limits.tcp_write_buffer_bytes.max(1),
+        work: Signal::default(),
+        progress: Signal::default(),
+    });
+    tokio::spawn(drain(writer.clone()));
+    let input: DynInputStream = Box::new(TcpInput { stream, chunk: limits.tcp_read_chunk_bytes.max(1), closed: false });
+    let output: DynOutputStream = Box::new(TcpOutput(writer.clone()));
+    Ok((ByteStream { writer, peer, local }, input, output))
+}
+
+impl ByteStream {
+    /// Half-closes once every written byte is sent.
+    pub fn shutdown_send(&self) -> Result<(), ErrorCode> {
+        let mut st = self.writer.lock();
+        if let Some(e) = &st.error {
+            return Err(ErrorCode::Other(e.clone()));
+        }
+        if st.shutdown_requested {
+            return Ok(());
+        }
+        st.shutdown_requested = true;
+        let idle = st.queued == 0;
+        drop(st);
+        if idle {
+            self.writer.shutdown_now();
+        }
+        self.writer.work.wake();
+        Ok(())
+    }
+}
+
+/// The `future-byte-stream` resource.
+pub type FutureByteStream = Pending<Connection>;
+
+#[derive(Default)]
+struct ListenerState {
+    ready: VecDeque<TcpStream>,
+}
+
+struct ListenerShared {
+    state: Mutex<ListenerState>,
+    backlog: usize,
+    accepted: Signal,
+    room: Signal,
+}
+
+impl ListenerShared {
+    fn lock(&self) -> MutexGuard<'_, ListenerState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// A TCP server socket (the `byte-listener` resource).
+pub struct ByteListener {
+    ctx: Arc<HostCtx>,
+    shared: Arc<ListenerShared>,
+    local: SocketAddr,
+    task: AbortHandle,
+}
+
+impl Drop for ByteListener {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+async fn accept_loop(listener: tokio::net::TcpListener, shared: Arc<ListenerShared>) {
+    loop {
+        shared.room.wait_until(|| shared.lock().ready.len() < shared.backlog).await;
+        match listener.accept().await {
+            Ok((tcp, peer)) => {
+                if let Err(e) = net::accepted(&tcp) {
+                    tracing::warn!(%peer, "TCP_NODELAY failed: {e}");
+                    continue;
+                }
+                shared.lock().ready.push_back(tcp);
+                shared.accepted.wake();
+            }
+            Err(e) => {
+                tracing::warn!("accept failed: {e}");
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            }
+        }
+    }
+}
+
+impl ByteListener {
+    /// Binds and starts accepting. Errors: see the WIT `listen`.
+    pub fn bind(ctx: Arc<HostCtx>, address: &str) -> Result<ByteListener, ErrorCode> {
+        let listener = net::bind(&ctx, address)?;
+        let local = listener.local_addr().map_err(|e| net::io_error(&e))?;
+        let shared = Arc::new(ListenerShared {
+            state: Mutex::new(ListenerState::default()),
+            backlog: ctx.config.limits.accept_backlog.max(1),
+            accepted: Signal::default(),
+            room: Signal::default(),
+        });
+        let task = tokio::spawn(accept_loop(listener, shared.clone())).abort_handle();
+        Ok(ByteListener { ctx, shared, local, task })
+    }
+}
+
+struct AcceptReady(Arc<ListenerShared>);
+
+#[async_trait::async_trait]
+impl Pollable for AcceptReady {
+    async fn ready(&mut self) {
+        let shared = &self.0;
+        shared.accepted.wait_until(|| !shared.lock().ready.is_empty()).await;
+    }
+}
+
+type WitConnection = (Resource<ByteStream>, Resource<DynInputStream>, Resource<DynOutputStream>);
+
+fn push_connection(table: &mut wasmtime::component::ResourceTable, (stream, input, output): Connection) -> wasmtime::Result<WitConnection> {
+    Ok((table.push(stream)?, table.push(input)?, table.push(output)?))
+}
+
+impl wit::Host for TetherCtxView<'_> {
+    fn connect(&mut self, address: String) -> wasmtime::Result<Result<Resource<FutureByteStream>, ErrorCode>> {
+        let (host, port) = match net::split_host_port(&address) {
+            Ok(hp) => hp,
+            Err(e) => return Ok(Err(e)),
+        };
+        let check = match net::precheck(&self.ctx.host, &host, port) {
+            Ok(c) => c,
+            Err(e) => return Ok(Err(e)),
+        };
+        let ctx = self.ctx.host.clone();
+        let pending = Pending::spawn(async move {
+            let tcp = net::dial(&ctx, &host, port, check).await?;
+            open(tcp, &ctx)
+        });
+        Ok(Ok(self.table.push(pending)?))
+    }
+
+    fn listen(&mut self, address: String) -> wasmtime::Result<Result<Resource<ByteListener>, ErrorCode>> {
+        match ByteListener::bind(self.ctx.host.clone(), &address) {
+            Ok(l) => Ok(Ok(self.table.push(l)?)),
+            Err(e) => Ok(Err(e)),
+        }
+    }
+}
+
+impl wit::HostByteStream for TetherCtxView<'_> {
+    fn shutdown_send(&mut self, this: Resource<ByteStream>) -> wasmtime::Result<Result<(), ErrorCode>> {
+        Ok(self.table.get(&this)?.shutdown_send())
+    }
+
+    fn peer_address(&mut self, this: Resource<ByteStream>) -> wasmtime::Result<String> {
+        Ok(self.table.get(&this)?.peer.to_string())
+    }
+
+    fn local_address(&mut self, this: Resource<ByteStream>) -> wasmtime::Result<String> {
+        Ok(self.table.get(&this)?.local.to_string())
+    }
+
+    fn drop(&mut self, this: Resource<ByteStream>) -> wasmtime::Result<()> {
+        self.table.delete(this)?;
+        Ok(())
+    }
+}
+
+impl wit::HostFutureByteStream for TetherCtxView<'_> {
+    fn subscribe(&mut self, this: Resource<FutureByteStream>) -> wasmtime::Result<Resource<DynPollable>> {
+        subscribe(self.table, Resource::<FutureByteStream>::new_borrow(this.rep()))
+    }
+
+    fn get(&mut self, this: Resource<FutureByteStream>) -> wasmtime::Result<Option<Result<WitConnection, ErrorCode>>> {
+        match self.table.get_mut(&this)?.take() {
+            None => Ok(None),
+            Some(Ok(conn)) => Ok(Some(Ok(push_connection(self.table, conn)?))),
+            Some(Err(e)) => Ok(Some(Err(e))),
+        }
+    }
+
+    fn drop(&mut self, this: Resource<FutureByteStream>) -> wasmtime::Result<()> {
+        self.table.delete(this)?;
+        Ok(())
+    }
+}
+
+impl wit::HostByteListener for TetherCtxView<'_> {
+    fn local_address(&mut self, this: Resource<ByteListener>) -> wasmtime::Result<String> {
+        Ok(self.table.get(&this)?.local.to_string())
+    }
+
+    fn accept(&mut self, this: Resource<ByteListener>) -> wasmtime::Result<Result<Option<WitConnection>, ErrorCode>> {
+        let listener = self.table.get(&this)?;
+        let Some(tcp) = listener.shared.lock().ready.pop_front() else {
+            return Ok(Ok(None));
+        };
+        listener.shared.room.wake();
+        let ctx = listener.ctx.clone();
+        match open(tcp, &ctx) {
+            Ok(conn) => Ok(Ok(Some(push_connection(self.table, conn)?))),
+            Err(e) => Ok(Err(e)),
+        }
+    }
+
+    fn subscribe(&mut self, this: Resource<ByteListener>) -> wasmtime::Result<Resource<DynPollable>> {
+        let shared = self.table.get(&this)?.shared.clone();
+        let r = self.table.push(AcceptReady(shared))?;
+        subscribe(self.table, r)
+    }
+
+    fn drop(&mut self, this: Resource<ByteListener>) -> wasmtime::Result<()> {
+        self.table.delete(this)?;
+        Ok(())
+    }
+}

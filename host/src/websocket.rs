@@ -1,0 +1,785 @@
+//! WebSocket message streams (RFC 6455): the `tether:streams/websocket`
+//! interface.
+//!
+//! Each stream has two host tasks on the guest's runtime thread: a reader
+//! that fills a bounded inbound queue (and stops reading the socket while it
+//! is full, so TCP pushes back on the peer) and a writer that drains a
+//! bounded outbound queue, writing everything queued and flushing as soon as
+//! the queue is empty. The guest never blocks in these calls; it waits on
+//! the pollables, which the tasks wake through [`Signal`].
+
+use std::collections::VecDeque;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use futures_util::stream::{SplitSink, SplitStream};
+use futures_util::{SinkExt, StreamExt};
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::TcpStream;
+use tokio::task::AbortHandle;
+use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+use tokio_tungstenite::tungstenite::handshake::server::{Request, Response};
+use tokio_tungstenite::tungstenite::http::{HeaderName, HeaderValue};
+use tokio_tungstenite::tungstenite::protocol::frame::CloseFrame;
+use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
+use tokio_tungstenite::tungstenite::{self, Message as WsMessage};
+use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
+use wasmtime::component::Resource;
+use wasmtime_wasi::p2::{DynPollable, Pollable, subscribe};
+
+use crate::bindings::tether::streams::websocket::{self as wit, CloseInfo, ConnectOptions, ListenOptions, Message};
+use crate::bindings::ErrorCode;
+use crate::config::Limits;
+use crate::ready::{Pending, Signal};
+use crate::{HostCtx, TetherCtxView, net};
+
+/// Close code for "no status code was present" (RFC 6455 section 7.4.1).
+pub const CLOSE_NO_STATUS: u16 = 1005;
+/// Close code for "closed without a close frame" (RFC 6455 section 7.4.1).
+pub const CLOSE_ABNORMAL: u16 = 1006;
+/// Close code for "message too big" (RFC 6455 section 7.4.1).
+pub const CLOSE_TOO_BIG: u16 = 1009;
+
+/// The tungstenite configuration for a stream under `limits`: messages and
+/// frames up to `max_message_bytes`, a write buffer bounded to one maximal
+/// message plus 1 MiB.
+pub fn ws_config(limits: &Limits) -> WebSocketConfig {
+    WebSocketConfig::default()
+        .max_message_size(Some(limits.max_message_bytes))
+        .max_frame_size(Some(limits.max_message_bytes))
+        .max_write_buffer_size(limits.max_message_bytes + (1 << 20))
+}
+
+#[derive(Default)]
+struct State {
+    inbound: VecDeque<Message>,
+    inbound_bytes: usize,
+    outbound: VecDeque<WsMessage>,
+    outbound_bytes: usize,
+    /// Size of the last send refused with would-block: the send pollable is
+    /// ready once this much fits, so a guest never spins on it.
+    blocked_len: usize,
+    /// The guest asked to close (or dropped the stream): no more sends.
+    close_queued: bool,
+    /// Set when the reader finished; `receive` returns it once the inbound
+    /// queue is drained.
+    read_end: Option<ErrorCode>,
+    write_error: Option<ErrorCode>,
+    close_info: Option<CloseInfo>,
+}
+
+struct Shared {
+    state: Mutex<State>,
+    max_message: usize,
+    inbound_limit: usize,
+    outbound_limit: usize,
+    close_timeout: std::time::Duration,
+    /// Guest side: a message arrived or the stream ended.
+    readable: Signal,
+    /// Guest side: outbound room freed or the stream ended.
+    writable: Signal,
+    /// Writer task: outbound work queued.
+    outbound_work: Signal,
+    /// Reader task: inbound room freed.
+    inbound_room: Signal,
+    reader: Mutex<Option<AbortHandle>>,
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn can_receive(&self) -> bool {
+        let st = self.lock();
+        !st.inbound.is_empty() || st.read_end.is_some()
+    }
+
+    fn can_send(&self) -> bool {
+        let st = self.lock();
+        st.outbound_bytes == 0
+            || st.outbound_bytes + st.blocked_len <= self.outbound_limit
+            || st.close_queued
+            || st.read_end.is_some()
+            || st.write_error.is_some()
+    }
+}
+
+fn message_len(m: &Message) -> usize {
+    match m {
+        Message::Text(t) => t.len(),
+        Message::Binary(b) => b.len(),
+    }
+}
+
+/// An open WebSocket connection (the `message-stream` resource).
+pub struct MessageStream {
+    shared: Arc<Shared>,
+    subprotocol: Option<String>,
+    peer: SocketAddr,
+    path: String,
+}
+
+impl MessageStream {
+    /// Starts the reader and writer tasks for an established connection on
+    /// the current tokio runtime.
+    pub fn start<S>(
+        ws: WebSocketStream<S>,
+        limits: &Limits,
+        subprotocol: Option<String>,
+        peer: SocketAddr,
+        path: String,
+    ) -> MessageStream
+    where
+        S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    {
+        let shared = Arc::new(Shared {
+            state: Mutex::new(State::default()),
+            max_message: limits.max_message_bytes,
+            inbound_limit: limits.inbound_buffer_bytes,
+            outbound_limit: limits.outbound_buffer_bytes,
+            close_timeout: limits.handshake_timeout,
+            readable: Signal::default(),
+            writable: Signal::default(),
+            outbound_work: Signal::default(),
+            inbound_room: Signal::default(),
+            reader: Mutex::new(None),
+        });
+        let (sink, stream) = ws.split();
+        let reader = tokio::spawn(read_loop(stream, shared.clone()));
+        *shared.reader.lock().unwrap() = Some(reader.abort_handle());
+        tokio::spawn(write_loop(sink, shared.clone()));
+        MessageStream { shared, subprotocol, peer, path }
+    }
+
+    /// Queues a message; see the WIT `send` for the errors.
+    pub fn send(&self, message: Message) -> Result<(), ErrorCode> {
+        let len = message_len(&message);
+        if len > self.shared.max_message {
+            return Err(ErrorCode::MessageTooLarge(self.shared.max_message as u64));
+        }
+        let mut st = self.shared.lock();
+        if st.close_queued || st.read_end.is_some() {
+            return Err(ErrorCode::Closed);
+        }
+        if let Some(e) = &st.write_error {
+            return Err(e.clone());
+        }
+        if st.outbound_bytes > 0 && st.outbound_bytes + len > self.shared.outbound_limit {
+            st.blocked_len = len;
+            return Err(ErrorCode::WouldBlock);
+        }
+        st.blocked_len = 0;
+        st.outbound_bytes += len;
+        st.outbound.push_back(match message {
+            Message::Text(t) => WsMessage::Text(t.into()),
+            Message::Binary(b) => WsMessage::Binary(b.into()),
+        });
+        drop(st);
+        self.shared.outbound_work.wake();
+        Ok(())
+    }
+
+    /// Takes the next message; see the WIT `receive`.
+    pub fn receive(&self) -> Result<Option<Message>, ErrorCode> {
+        let mut st = self.shared.lock();
+        if let Some(m) = st.inbound.pop_front() {
+            let was_full = st.inbound_bytes >= self.shared.inbound_limit;
+            st.inbound_bytes -= message_len(&m);
+            let has_room = st.inbound_bytes < self.shared.inbound_limit;
+            drop(st);
+            if was_full && has_room {
+                self.shared.inbound_room.wake();
+            }
+            return Ok(Some(m));
+        }
+        match &st.read_end {
+            Some(e) => Err(e.clone()),
+            None => Ok(None),
+        }
+    }
+
+    /// Queues a close frame after every queued message; see the WIT `close`.
+    pub fn close(&self, code: u16, reason: &str) -> Result<(), ErrorCode> {
+        if code != 1000 && !(3000..=4999).contains(&code) {
+            return Err(ErrorCode::InvalidArgument(format!(
+                "close code {code} is not allowed: use 1000 or 3000-4999 (RFC 6455 section 7.4)"
+            )));
+        }
+        if reason.len() > 123 {
+            return Err(ErrorCode::InvalidArgument(format!(
+                "close reason is {} bytes; at most 123 fit in a close frame (RFC 6455 section 5.5)",
+                reason.len()
+            )));
+        }
+        self.queue_close(code, reason);
+        Ok(())
+    }
+
+    fn queue_close(&self, code: u16, reason: &str) {
+        let mut st = self.shared.lock();
+        if st.close_queued || st.read_end.is_some() {
+            return;
+        }
+        st.close_queued = true;
+        st.outbound.push_back(WsMessage::Close(Some(CloseFrame { code: code.into(), reason: reason.to_string().into() })));
+        drop(st);
+        self.shared.outbound_work.wake();
+    }
+
+    /// The close frame that ended the stream, once it has ended.
+    pub fn close_info(&self) -> Option<CloseInfo> {
+        self.shared.lock().close_info.clone()
+    }
+
+    /// Bytes waiting in the inbound and outbound queues (for tests and
+    /// metrics).
+    pub fn buffered(&self) -> (usize, usize) {
+        let st = self.shared.lock();
+        (st.inbound_bytes, st.outbound_bytes)
+    }
+}
+
+impl Drop for MessageStream {
+    /// A dropped stream still delivers what was queued: it closes with 1000
+    /// after the backlog, and its tasks end after the closing handshake (or
+    /// the handshake timeout).
+    fn drop(&mut self) {
+        self.queue_close(1000, "");
+    }
+}
+
+fn classify(e: tungstenite::Error) -> ErrorCode {
+    use tungstenite::Error as E;
+    use tungstenite::error::ProtocolError as P;
+    match e {
+        E::ConnectionClosed | E::AlreadyClosed => ErrorCode::Closed,
+        E::Capacity(c) => ErrorCode::ProtocolError(format!("peer sent a message over the limit: {c}")),
+        E::Protocol(P::ResetWithoutClosingHandshake) => {
+            ErrorCode::ProtocolError("connection reset without closing handshake".into())
+        }
+        E::Protocol(p) => ErrorCode::ProtocolError(p.to_string()),
+        E::Utf8(u) => ErrorCode::ProtocolError(format!("invalid UTF-8 in a text message: {u}")),
+        E::Io(io) => match io.kind() {
+            std::io::ErrorKind::ConnectionReset
+            | std::io::ErrorKind::UnexpectedEof
+            | std::io::ErrorKind::BrokenPipe
+            | std::io::ErrorKind::ConnectionAborted => ErrorCode::ProtocolError(format!("connection lost: {io}")),
+            _ => net::io_error(&io),
+        },
+        E::Tls(t) => ErrorCode::TlsFailure(t.to_string()),
+        other => ErrorCode::ProtocolError(other.to_string()),
+    }
+}
+
+async fn read_loop<S>(mut rx: SplitStream<WebSocketStream<S>>, shared: Arc<Shared>)
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    let end = loop {
+        // Backpressure: while the inbound queue is full, do not read the
+        // socket at all; the kernel buffers fill and TCP stalls the peer.
+        shared.inbound_room.wait_until(|| shared.lock().inbound_bytes < shared.inbound_limit).await;
+        let item = rx.next().await;
+        let mut st = shared.lock();
+        let message = match item {
+            Some(Ok(WsMessage::Text(t))) => Message::Text(t.as_str().to_owned()),
+            Some(Ok(WsMessage::Binary(b))) => Message::Binary(b.into()),
+            Some(Ok(WsMessage::Close(frame))) => {
+                st.close_info = Some(match frame {
+                    Some(f) => CloseInfo { code: f.code.into(), reason: f.reason.as_str().to_owned() },
+                    None => CloseInfo { code: CLOSE_NO_STATUS, reason: String::new() },
+                });
+                // tungstenite answers the close; keep reading until the
+                // connection ends.
+                continue;
+            }
+            Some(Ok(_)) => continue, // ping, pong: answered by tungstenite
+            Some(Err(tungstenite::Error::Capacity(c))) => {
+                st.close_info = Some(CloseInfo { code: CLOSE_TOO_BIG, reason: "message too big".into() });
+                if !st.close_queued {
+                    st.close_queued = true;
+                    st.outbound.push_back(WsMessage::Close(Some(CloseFrame {
+                        code: CLOSE_TOO_BIG.into(),
+                        reason: "message too big".into(),
+                    })));
+                    shared.outbound_work.wake();
+                }
+                tracing::warn!(peer_limit = shared.max_message, "closing stream: {c}");
+                break ErrorCode::MessageTooLarge(shared.max_message as u64);
+            }
+            Some(Err(e)) => break classify(e),
+            None => break ErrorCode::Closed,
+        };
+        st.inbound_bytes += message_len(&message);
+        st.inbound.push_back(message);
+        drop(st);
+        shared.readable.wake();
+    };
+    let mut st = shared.lock();
+    if st.close_info.is_none() {
+        st.close_info = Some(CloseInfo { code: CLOSE_ABNORMAL, reason: String::new() });
+    }
+    st.read_end = Some(end);
+    drop(st);
+    shared.readable.wake();
+    shared.writable.wake();
+    shared.outbound_work.wake();
+}
+
+async fn write_loop<S>(mut tx: SplitSink<WebSocketStream<S>, WsMessage>, shared: Arc<Shared>)
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    loop {
+        let mut next = None;
+        shared
+            .outbound_work
+            .wait_until(|| {
+                let mut st = shared.lock();
+                next = st.outbound.pop_front();
+                next.is_some() || st.read_end.is_some()
+            })
+            .await;
+        let Some(message) = next else { return };
+        let len = match &message {
+            WsMessage::Text(t) => t.len(),
+            WsMessage::Binary(b) => b.len(),
+            _ => 0,
+        };
+        let is_close = message.is_close();
+        let fed = tx.feed(message).await;
+        let drained = {
+            let mut st = shared.lock();
+            st.outbound_bytes -= len;
+            st.outbound.is_empty()
+        };
+        shared.writable.wake();
+        // Write everything queued; flush as soon as the queue is empty.
+        let result = match fed {
+            Ok(()) if drained || is_close => tx.flush().await,
+            other => other,
+        };
+        if let Err(e) = result {
+            let code = classify(e);
+            if !matches!(code, ErrorCode::Closed) {
+                tracing::debug!("websocket write failed: {code:?}");
+            }
+            shared.lock().write_error = Some(code);
+            shared.writable.wake();
+            return;
+        }
+        if is_close {
+            // Wait for the peer's close frame, then end the connection.
+            let done = tokio::time::timeout(shared.close_timeout, shared.readable.wait_until(|| shared.lock().read_end.is_some())).await;
+            if done.is_err() {
+                if let Some(reader) = shared.reader.lock().unwrap().take() {
+                    reader.abort();
+                }
+                let mut st = shared.lock();
+                st.read_end.get_or_insert(ErrorCode::Closed);
+                st.close_info.get_or_insert(CloseInfo { code: CLOSE_ABNORMAL, reason: "peer did not answer the close frame".into() });
+                drop(st);
+                shared.readable.wake();
+                shared.writable.wake();
+            }
+            return;
+        }
+    }
+}
+
+/// Readiness of `receive` (the `subscribe-receive` pollable).
+struct ReceiveReady(Arc<Shared>);
+/// Readiness of `send` (the `subscribe-send` pollable).
+struct SendReady(Arc<Shared>);
+
+#[async_trait::async_trait]
+impl Pollable for ReceiveReady {
+    async fn ready(&mut self) {
+        let shared = &self.0;
+        shared.readable.wait_until(|| shared.can_receive()).await;
+    }
+}
+
+#[async_trait::async_trait]
+impl Pollable for SendReady {
+    async fn ready(&mut self) {
+        let shared = &self.0;
+        shared.writable.wait_until(|| shared.can_send()).await;
+    }
+}
+
+/// A `ws://` or `wss://` URL, checked.
+pub struct WsTarget {
+    /// The URL as given.
+    pub url: url::Url,
+    /// Host name or IP literal (no brackets).
+    pub host: String,
+    /// Port (80/443 by default).
+    pub port: u16,
+    /// `wss://`.
+    pub tls: bool,
+}
+
+/// Parses a WebSocket URL. Errors: `invalid-url` saying why.
+pub fn parse_ws_url(text: &str) -> Result<WsTarget, ErrorCode> {
+    let url = url::Url::parse(text).map_err(|e| ErrorCode::InvalidUrl(format!("`{text}`: {e}")))?;
+    let tls = match url.scheme() {
+        "ws" => false,
+        "wss" => true,
+        other => {
+            return Err(ErrorCode::InvalidUrl(format!("`{text}`: scheme `{other}` is not ws or wss")));
+        }
+    };
+    let host = match url.host() {
+        Some(url::Host::Domain(d)) => d.to_string(),
+        Some(url::Host::Ipv4(ip)) => ip.to_string(),
+        Some(url::Host::Ipv6(ip)) => ip.to_string(),
+        None => return Err(ErrorCode::InvalidUrl(format!("`{text}`: no host"))),
+    };
+    if url.fragment().is_some() {
+        return Err(ErrorCode::InvalidUrl(format!("`{text}`: a WebSocket URL has no fragment (RFC 6455 section 3)")));
+    }
+    let port = url.port_or_known_default().unwrap_or(if tls { 443 } else { 80 });
+    Ok(WsTarget { url, host, port, tls })
+}
+
+fn handshake_error(e: tungstenite::Error) -> ErrorCode {
+    match e {
+        tungstenite::Error::Http(resp) => {
+            let status = resp.status();
+            let location = resp
+                .headers()
+                .get("location")
+                .and_then(|l| l.to_str().ok())
+                .map(|l| format!(" (redirect to {l} not followed)"))
+                .unwrap_or_default();
+            ErrorCode::ProtocolError(format!("server answered HTTP {status} instead of 101 Switching Protocols{location}"))
+        }
+        tungstenite::Error::Protocol(p) => ErrorCode::ProtocolError(format!("handshake failed: {p}")),
+        other => classify(other),
+    }
+}
+
+fn tls_error(e: std::io::Error) -> ErrorCode {
+    match e.get_ref().and_then(|inner| inner.downcast_ref::<rustls::Error>()) {
+        Some(tls) => ErrorCode::TlsFailure(tls.to_string()),
+        None if e.kind() == std::io::ErrorKind::UnexpectedEof => {
+            ErrorCode::TlsFailure(format!("peer closed the connection during the TLS handshake: {e}"))
+        }
+        None => ErrorCode::TlsFailure(e.to_string()),
+    }
+}
+
+/// Dials `target` and completes the TLS and WebSocket handshakes.
+///
+/// Errors: everything in `error-code` except `would-block`.
+pub async fn dial(ctx: Arc<HostCtx>, target: WsTarget, options: ConnectOptions, check: crate::policy::NameCheck) -> Result<MessageStream, ErrorCode> {
+    let tcp = net::dial(&ctx, &target.host, target.port, check).await?;
+    let peer = tcp.peer_addr().map_err(|e| net::io_error(&e))?;
+    let mut request = target
+        .url
+        .as_str()
+        .into_client_request()
+        .map_err(|e| ErrorCode::InvalidUrl(format!("{}: {e}", target.url)))?;
+    for (name, value) in &options.headers {
+        let name = HeaderName::from_bytes(name.as_bytes())
+            .map_err(|_| ErrorCode::InvalidArgument(format!("bad header name `{name}`")))?;
+        let value = HeaderValue::from_str(value)
+            .map_err(|_| ErrorCode::InvalidArgument(format!("bad value for header `{name}`")))?;
+        request.headers_mut().append(name, value);
+    }
+    if !options.subprotocols.is_empty() {
+        let list = options.subprotocols.join(", ");
+        let value = HeaderValue::from_str(&list).map_err(|_| ErrorCode::InvalidArgument(format!("bad subprotocol list `{list}`")))?;
+        request.headers_mut().insert("sec-websocket-protocol", value);
+    }
+    let path = target.url[url::Position::BeforePath..url::Position::AfterQuery].to_string();
+    let limits = &ctx.config.limits;
+    let handshake = async {
+        let stream = if target.tls {
+            let name = rustls::pki_types::ServerName::try_from(target.host.clone())
+                .map_err(|e| ErrorCode::InvalidUrl(format!("{}: {e}", target.host)))?;
+            let tls = tokio_rustls::TlsConnector::from(ctx.tls.clone()).connect(name, tcp).await.map_err(tls_error)?;
+            MaybeTlsStream::Rustls(tls)
+        } else {
+            MaybeTlsStream::Plain(tcp)
+        };
+        tokio_tungstenite::client_async_with_config(request, stream, Some(ws_config(limits)))
+            .await
+            .map_err(handshake_error)
+    };
+    let (ws, response) = tokio::time::timeout(limits.handshake_timeout, handshake).await.map_err(|_| ErrorCode::Timeout)??;
+    let subprotocol = response
+        .headers()
+        .get("sec-websocket-protocol")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    Ok(MessageStream::start(ws, limits, subprotocol, peer, path))
+}
+
+#[derive(Default)]
+struct ListenerState {
+    ready: VecDeque<MessageStream>,
+    in_handshake: usize,
+}
+
+struct ListenerShared {
+    state: Mutex<ListenerState>,
+    backlog: usize,
+    accepted: Signal,
+    room: Signal,
+}
+
+impl ListenerShared {
+    fn lock(&self) -> MutexGuard<'_, ListenerState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// A WebSocket server socket (the `listener` resource).
+pub struct Listener {
+    shared: Arc<ListenerShared>,
+    local: SocketAddr,
+    task: AbortHandle,
+}
+
+impl Drop for Listener {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// Picks the first server-supported subprotocol the client offered.
+fn select_subprotocol(request: &Request, supported: &[String]) -> Option<String> {
+    let offered: Vec<String> = request
+        .headers()
+        .get_all("sec-websocket-protocol")
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(',').map(|p| p.trim().to_string()))
+        .collect();
+    supported.iter().find(|s| offered.contains(s)).cloned()
+}
+
+async fn accept_one(ctx: Arc<HostCtx>, tcp: TcpStream, peer: SocketAddr, supported: Arc<Vec<String>>, shared: Arc<ListenerShared>) {
+    let limits = &ctx.config.limits;
+    let chosen = Arc::new(Mutex::new((String::new(), None::<String>)));
+    let out = chosen.clone();
+    let callback = move |request: &Request, mut response: Response| {
+        let protocol = select_subprotocol(request, &supported);
+        if let Some(p) = &protocol
+            && let Ok(v) = HeaderValue::from_str(p)
+        {
+            response.headers_mut().insert("sec-websocket-protocol", v);
+        }
+        *out.lock().unwrap() = (request.uri().to_string(), protocol);
+        Ok(response)
+    };
+    let handshake = tokio_tungstenite::accept_hdr_async_with_config(tcp, callback, Some(ws_config(limits)));
+    let result = tokio::time::timeout(limits.handshake_timeout, handshake).await;
+    let mut st = shared.lock();
+    st.in_handshake -= 1;
+    match result {
+        Ok(Ok(ws)) => {
+            let (path, protocol) = chosen.lock().unwrap().clone();
+            st.ready.push_back(MessageStream::start(ws, limits, protocol, peer, path));
+            drop(st);
+            shared.accepted.wake();
+        }
+        Ok(Err(e)) => {
+            drop(st);
+            shared.room.wake();
+            tracing::info!(%peer, "rejected WebSocket handshake: {e}");
+        }
+        Err(_) => {
+            drop(st);
+            shared.room.wake();
+            tracing::info!(%peer, "WebSocket handshake timed out");
+        }
+    }
+}
+
+async fn accept_loop(ctx: Arc<HostCtx>, listener: tokio::net::TcpListener, supported: Arc<Vec<String>>, shared: Arc<ListenerShared>) {
+    loop {
+        shared
+            .room
+            .wait_until(|| {
+                let st = shared.lock();
+                st.ready.len() + st.in_handshake < shared.backlog
+            })
+            .await;
+        let (tcp, peer) = match listener.accept().await {
+            Ok(accepted) => accepted,
+            Err(e) => {
+                // EMFILE and friends are not a dead listener: back off.
+                tracing::warn!("accept failed: {e}");
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        if let Err(e) = net::accepted(&tcp) {
+            tracing::warn!(%peer, "TCP_NODELAY failed: {e}");
+            continue;
+        }
+        shared.lock().in_handshake += 1;
+        tokio::spawn(accept_one(ctx.clone(), tcp, peer, supported.clone(), shared.clone()));
+    }
+}
+
+impl Listener {
+    /// Binds and starts accepting. Errors: see the WIT `listen`.
+    pub fn bind(ctx: Arc<HostCtx>, address: &str, options: ListenOptions) -> Result<Listener, ErrorCode> {
+        let listener = net::bind(&ctx, address)?;
+        let local = listener.local_addr().map_err(|e| net::io_error(&e))?;
+        let shared = Arc::new(ListenerShared {
+            state: Mutex::new(ListenerState::default()),
+            backlog: ctx.config.limits.accept_backlog.max(1),
+            accepted: Signal::default(),
+            room: Signal::default(),
+        });
+        let task = tokio::spawn(accept_loop(ctx, listener, Arc::new(options.subprotocols), shared.clone())).abort_handle();
+        Ok(Listener { shared, local, task })
+    }
+
+    /// The bound address.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local
+    }
+
+    /// Takes the next accepted stream, if any.
+    pub fn accept(&self) -> Option<MessageStream> {
+        let stream = self.shared.lock().ready.pop_front();
+        if stream.is_some() {
+            self.shared.room.wake();
+        }
+        stream
+    }
+}
+
+struct AcceptReady(Arc<ListenerShared>);
+
+#[async_trait::async_trait]
+impl Pollable for AcceptReady {
+    async fn ready(&mut self) {
+        let shared = &self.0;
+        shared.accepted.wait_until(|| !shared.lock().ready.is_empty()).await;
+    }
+}
+
+/// The `future-message-stream` resource.
+pub type FutureMessageStream = Pending<MessageStream>;
+
+fn pollable<T: Pollable>(table: &mut wasmtime::component::ResourceTable, p: T) -> wasmtime::Result<Resource<DynPollable>> {
+    let r = table.push(p)?;
+    subscribe(table, r)
+}
+
+impl wit::Host for TetherCtxView<'_> {
+    fn connect(&mut self, url: String, options: ConnectOptions) -> wasmtime::Result<Result<Resource<FutureMessageStream>, ErrorCode>> {
+        let target = match parse_ws_url(&url) {
+            Ok(t) => t,
+            Err(e) => return Ok(Err(e)),
+        };
+        let check = match net::precheck(&self.ctx.host, &target.host, target.port) {
+            Ok(c) => c,
+            Err(e) => return Ok(Err(e)),
+        };
+        let pending = Pending::spawn(dial(self.ctx.host.clone(), target, options, check));
+        Ok(Ok(self.table.push(pending)?))
+    }
+
+    fn listen(&mut self, address: String, options: ListenOptions) -> wasmtime::Result<Result<Resource<Listener>, ErrorCode>> {
+        match Listener::bind(self.ctx.host.clone(), &address, options) {
+            Ok(l) => Ok(Ok(self.table.push(l)?)),
+            Err(e) => Ok(Err(e)),
+        }
+    }
+}
+
+impl wit::HostMessageStream for TetherCtxView<'_> {
+    fn send(&mut self, this: Resource<MessageStream>, message: Message) -> wasmtime::Result<Result<(), ErrorCode>> {
+        Ok(self.table.get(&this)?.send(message))
+    }
+
+    fn receive(&mut self, this: Resource<MessageStream>) -> wasmtime::Result<Result<Option<Message>, ErrorCode>> {
+        Ok(self.table.get(&this)?.receive())
+    }
+
+    fn subscribe_receive(&mut self, this: Resource<MessageStream>) -> wasmtime::Result<Resource<DynPollable>> {
+        let shared = self.table.get(&this)?.shared.clone();
+        pollable(self.table, ReceiveReady(shared))
+    }
+
+    fn subscribe_send(&mut self, this: Resource<MessageStream>) -> wasmtime::Result<Resource<DynPollable>> {
+        let shared = self.table.get(&this)?.shared.clone();
+        pollable(self.table, SendReady(shared))
+    }
+
+    fn close(&mut self, this: Resource<MessageStream>, code: u16, reason: String) -> wasmtime::Result<Result<(), ErrorCode>> {
+        Ok(self.table.get(&this)?.close(code, &reason))
+    }
+
+    fn close_info(&mut self, this: Resource<MessageStream>) -> wasmtime::Result<Option<CloseInfo>> {
+        Ok(self.table.get(&this)?.close_info())
+    }
+
+    fn subprotocol(&mut self, this: Resource<MessageStream>) -> wasmtime::Result<Option<String>> {
+        Ok(self.table.get(&this)?.subprotocol.clone())
+    }
+
+    fn peer_address(&mut self, this: Resource<MessageStream>) -> wasmtime::Result<String> {
+        Ok(self.table.get(&this)?.peer.to_string())
+    }
+
+    fn path(&mut self, this: Resource<MessageStream>) -> wasmtime::Result<String> {
+        Ok(self.table.get(&this)?.path.clone())
+    }
+
+    fn drop(&mut self, this: Resource<MessageStream>) -> wasmtime::Result<()> {
+        self.table.delete(this)?;
+        Ok(())
+    }
+}
+
+impl wit::HostFutureMessageStream for TetherCtxView<'_> {
+    fn subscribe(&mut self, this: Resource<FutureMessageStream>) -> wasmtime::Result<Resource<DynPollable>> {
+        subscribe(self.table, Resource::<FutureMessageStream>::new_borrow(this.rep()))
+    }
+
+    fn get(&mut self, this: Resource<FutureMessageStream>) -> wasmtime::Result<Option<Result<Resource<MessageStream>, ErrorCode>>> {
+        match self.table.get_mut(&this)?.take() {
+            None => Ok(None),
+            Some(Ok(stream)) => Ok(Some(Ok(self.table.push(stream)?))),
+            Some(Err(e)) => Ok(Some(Err(e))),
+        }
+    }
+
+    fn drop(&mut self, this: Resource<FutureMessageStream>) -> wasmtime::Result<()> {
+        self.table.delete(this)?;
+        Ok(())
+    }
+}
+
+impl wit::HostListener for TetherCtxView<'_> {
+    fn local_address(&mut self, this: Resource<Listener>) -> wasmtime::Result<String> {
+        Ok(self.table.get(&this)?.local.to_string())
+    }
+
+    fn accept(&mut self, this: Resource<Listener>) -> wasmtime::Result<Result<Option<Resource<MessageStream>>, ErrorCode>> {
+        match self.table.get(&this)?.accept() {
+            Some(stream) => Ok(Ok(Some(self.table.push(stream)?))),
+            None => Ok(Ok(None)),
+        }
+    }
+
+    fn subscribe(&mut self, this: Resource<Listener>) -> wasmtime::Result<Resource<DynPollable>> {
+        let shared = self.table.get(&this)?.shared.clone();
+        pollable(self.table, AcceptReady(shared))
+    }
+
+    fn drop(&mut self, this: Resource<Listener>) -> wasmtime::Result<()> {
+        self.table.delete(this)?;
+        Ok(())
+    }
+}

@@ -1,0 +1,270 @@
+//! Test fixtures, written once: host configurations, guest runs, scripted
+//! servers on 127.0.0.1 with ephemeral ports, a test CA, the third-party
+//! Python `websockets` server, and socket inspection.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use tether_host::policy::Policy;
+use tether_host::runner::{EngineKind, GuestIo, Outcome, Runner};
+use tether_host::{Config, Limits};
+use tokio::net::{TcpListener, TcpStream};
+use tokio_tungstenite::WebSocketStream;
+
+/// A runtime for peers (servers), separate from the guest's thread, the
+/// way a remote server would be.
+pub fn peer_runtime() -> &'static tokio::runtime::Runtime {
+    static RT: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
+    RT.get_or_init(|| tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap())
+}
+
+/// Host configuration that allows 127.0.0.1, localhost and ::1 on any port,
+/// with short deadlines so failure tests stay fast.
+pub fn local_config() -> Config {
+    let rules = |list: &[&str]| list.iter().map(|r| r.parse().unwrap()).collect::<Vec<_>>();
+    Config {
+        policy: Policy {
+            allow: rules(&["127.0.0.1:*", "localhost:*", "[::1]:*"]),
+            deny: Vec::new(),
+            listen: rules(&["127.0.0.1:*"]),
+        },
+        limits: Limits {
+            connect_timeout: Duration::from_secs(3),
+            handshake_timeout: Duration::from_millis(800),
+            ..Limits::default()
+        },
+        ..Config::default()
+    }
+}
+
+pub fn runner(config: Config) -> Runner {
+    Runner::new(config, EngineKind::Cranelift).expect("runner")
+}
+
+/// Runs the probe guest with `args` and captures its output.
+pub async fn probe(runner: &Runner, args: &[&str]) -> Outcome {
+    let component = runner.compile_cached(tether_guest_artifacts::PROBE).expect("compile probe");
+    let mut all = vec!["probe"];
+    all.extend_from_slice(args);
+    runner.run(&component, &all, GuestIo::Capture(1 << 20)).await
+}
+
+/// Runs the echo guest with `args` and captures its output.
+pub async fn echo(runner: &Runner, args: &[&str]) -> Outcome {
+    let component = runner.compile_cached(tether_guest_artifacts::ECHO).expect("compile echo");
+    let mut all = vec!["echo"];
+    all.extend_from_slice(args);
+    runner.run(&component, &all, GuestIo::Capture(64 << 20)).await
+}
+
+/// Stdout of a run, with stderr and the result appended for assertion
+/// messages.
+pub fn show(o: &Outcome) -> String {
+    format!("stdout:\n{}\nstderr:\n{}\nresult: {:?}", o.stdout_text(), String::from_utf8_lossy(&o.stderr), o.result)
+}
+
+/// Spawns a TCP server on the peer runtime; `handler` gets each accepted
+/// connection.
+pub fn tcp_server<F, Fut>(handler: F) -> SocketAddr
+where
+    F: Fn(TcpStream) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = ()> + Send + 'static,
+{
+    let std = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    std.set_nonblocking(true).unwrap();
+    let addr = std.local_addr().unwrap();
+    let handler = Arc::new(handler);
+    peer_runtime().spawn(async move {
+        let listener = TcpListener::from_std(std).unwrap();
+        loop {
+            let Ok((tcp, _)) = listener.accept().await else { return };
+            tcp.set_nodelay(true).unwrap();
+            tokio::spawn(handler(tcp));
+        }
+    });
+    addr
+}
+
+/// Spawns a WebSocket server (tokio-tungstenite) on the peer runtime.
+pub fn ws_server<F, Fut>(handler: F) -> SocketAddr
+where
+    F: Fn(WebSocketStream<TcpStream>) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = ()> + Send + 'static,
+{
+    let handler = Arc::new(handler);
+    tcp_server(move |tcp| {
+        let handler = handler.clone();
+        async move {
+            let config = tokio_tungstenite::tungstenite::protocol::WebSocketConfig::default().max_message_size(None).max_frame_size(None);
+            if let Ok(ws) = tokio_tungstenite::accept_async_with_config(tcp, Some(config)).await {
+                handler(ws).await;
+            }
+        }
+    })
+}
+
+/// A directory for this test run's files (CA files, ...).
+pub fn scratch_dir(name: &str) -> PathBuf {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// A test certificate authority and a server certificate it signed.
+pub struct TestCa {
+    /// PEM file of the CA certificate (for `--ca-file`).
+    pub ca_file: PathBuf,
+    pub server_config: Arc<rustls::ServerConfig>,
+}
+
+impl TestCa {
+    /// A CA, and a server certificate for `names` signed by it.
+    pub fn new(dir: &Path, names: &[&str]) -> TestCa {
+        use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair, KeyUsagePurpose};
+        let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
+        ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        ca_params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::DigitalSignature];
+        ca_params.distinguished_name.push(rcgen::DnType::CommonName, "Tether test CA");
+        let ca_key = KeyPair::generate().unwrap();
+        let ca_cert = ca_params.self_signed(&ca_key).unwrap();
+        let issuer = Issuer::new(ca_params, ca_key);
+        let leaf_key = KeyPair::generate().unwrap();
+        let leaf_params = CertificateParams::new(names.iter().map(|n| n.to_string()).collect::<Vec<_>>()).unwrap();
+        let leaf = leaf_params.signed_by(&leaf_key, &issuer).unwrap();
+        let ca_file = dir.join("ca.pem");
+        std::fs::write(&ca_file, ca_cert.pem()).unwrap();
+        let key = rustls::pki_types::PrivateKeyDer::try_from(leaf_key.serialize_der()).unwrap();
+        let server_config = rustls::ServerConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_no_client_auth()
+            .with_single_cert(vec![leaf.der().clone()], key)
+            .unwrap();
+        TestCa { ca_file, server_config: Arc::new(server_config) }
+    }
+}
+
+/// A wss:// echo server with `config`.
+pub fn wss_echo_server(config: Arc<rustls::ServerConfig>) -> SocketAddr {
+    tcp_server(move |tcp| {
+        let acceptor = tokio_rustls::TlsAcceptor::from(config.clone());
+        async move {
+            let Ok(tls) = acceptor.accept(tcp).await else { return };
+            let Ok(ws) = tokio_tungstenite::accept_async(tls).await else { return };
+            echo_ws(ws).await;
+        }
+    })
+}
+
+/// Echoes data messages until the peer closes.
+pub async fn echo_ws<S>(mut ws: WebSocketStream<S>)
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
+    use futures_util::{SinkExt, StreamExt};
+    while let Some(Ok(m)) = ws.next().await {
+        if (m.is_binary() || m.is_text()) && ws.send(m).await.is_err() {
+            return;
+        }
+    }
+}
+
+/// The third-party Python `websockets` echo server, installed into a venv
+/// under the target dir when missing. Killed on drop.
+pub struct PythonServer {
+    pub port: u16,
+    child: Child,
+}
+
+impl Drop for PythonServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The venv's python with `websockets`, created on first use. Panics with
+/// the reason when it cannot be set up: a missing peer fails the test.
+pub fn python_with_websockets() -> PathBuf {
+    static PY: OnceLock<PathBuf> = OnceLock::new();
+    PY.get_or_init(|| {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+        let venv = std::env::var_os("TETHER_PEERS_VENV").map(PathBuf::from).unwrap_or_else(|| root.join("target/peers/venv"));
+        let python = venv.join("bin/python");
+        let ok = |py: &Path| Command::new(py).args(["-c", "import websockets"]).status().map(|s| s.success()).unwrap_or(false);
+        if !ok(&python) {
+            let status = Command::new("python3").args(["-m", "venv"]).arg(&venv).status().expect("python3 -m venv (is python3 installed?)");
+            assert!(status.success(), "creating the venv at {} failed", venv.display());
+            let status = Command::new(&python)
+                .args(["-m", "pip", "install", "--quiet", "websockets>=14"])
+                .status()
+                .expect("pip install websockets");
+            assert!(status.success(), "pip install websockets failed: the third-party peer is missing");
+            assert!(ok(&python), "websockets still not importable from {}", python.display());
+        }
+        python
+    })
+    .clone()
+}
+
+impl PythonServer {
+    pub fn start() -> PythonServer {
+        let python = python_with_websockets();
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/peers/ws_echo_server.py");
+        let mut child = Command::new(python).arg(script).stdout(Stdio::piped()).spawn().expect("start python server");
+        let mut line = String::new();
+        use std::io::BufRead;
+        std::io::BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+        let port = line.trim().parse().unwrap_or_else(|_| panic!("python server printed `{line}` instead of its port"));
+        PythonServer { port, child }
+    }
+}
+
+/// TCP_NODELAY of every TCP socket of this process whose peer or local
+/// address is `addr`, read back from the kernel with getsockopt.
+pub fn nodelay_of_sockets_at(addr: SocketAddr) -> Vec<bool> {
+    use std::os::fd::BorrowedFd;
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc/self/fd").unwrap().flatten() {
+        let Ok(fd) = entry.file_name().to_string_lossy().parse::<i32>() else { continue };
+        let Ok(link) = std::fs::read_link(entry.path()) else { continue };
+        if !link.to_string_lossy().starts_with("socket:") {
+            continue;
+        }
+        // SAFETY: the fd is open for the duration of this borrow (it was
+        // just listed); we only read socket options.
+        let fd = unsafe { BorrowedFd::borrow_raw(fd) };
+        let sock = socket2::SockRef::from(&fd);
+        let matches = sock.peer_addr().ok().and_then(|a| a.as_socket()) == Some(addr);
+        if matches && let Ok(nodelay) = sock.tcp_nodelay() {
+            found.push(nodelay);
+        }
+    }
+    found
+}
+
+/// This process's CPU time (user + system).
+pub fn cpu_time() -> Duration {
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: getrusage writes into the struct we own.
+    assert_eq!(unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut usage) }, 0);
+    let tv = |t: libc::timeval| Duration::from_secs(t.tv_sec as u64) + Duration::from_micros(t.tv_usec as u64);
+    tv(usage.ru_utime) + tv(usage.ru_stime)
+}
+
+/// This process's resident set size, bytes.
+pub fn rss_bytes() -> usize {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let line = status.lines().find(|l| l.starts_with("VmRSS:")).unwrap();
+    line.split_whitespace().nth(1).unwrap().parse::<usize>().unwrap() * 1024
+}
+
+/// A port nobody listens on (bound, then closed).
+pub fn closed_port() -> u16 {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    l.local_addr().unwrap().port()
+}

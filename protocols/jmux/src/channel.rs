@@ -1,0 +1,167 @@
+//! Per-channel state: ids, flow-control windows, the receive buffer and the
+//! Streaming -> Eof -> Closed life cycle of each side.
+//!
+//! Source: JMUX spec, "Windows and packet sizes" and "Channel life cycle".
+//! The [`crate::Session`] drives these; this module holds the state and the
+//! read-only view ([`ChannelInfo`]) it exposes.
+
+use std::fmt;
+use std::time::Instant;
+
+use bytes::BytesMut;
+
+/// A channel as this side knows it: our local channel id (u32).
+///
+/// It is the id we announce to the peer (OPEN `sender channel id`, or OPEN
+/// SUCCESS `sender channel id`), so it is the `recipient channel id` of every
+/// message the peer sends us on this channel. Ids start at 0 and the lowest
+/// free id is reused; an id is free again once CLOSE was both sent and
+/// received (and the local reader drained what was buffered).
+///
+/// Source: JMUX spec, "Channel life cycle".
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ChannelId(pub u32);
+
+impl fmt::Display for ChannelId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "channel {}", self.0)
+    }
+}
+
+/// Coarse state of a channel, for [`ChannelInfo`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ChannelState {
+    /// We sent OPEN and wait for OPEN SUCCESS or OPEN FAILURE.
+    Opening,
+    /// The peer sent OPEN; waiting for [`crate::Session::accept`] or
+    /// [`crate::Session::reject`].
+    Requested,
+    /// Established: DATA may flow (subject to the EOF/CLOSE flags).
+    Open,
+}
+
+/// Read-only snapshot of one channel ([`crate::Session::channel`]).
+/// Byte counts are payload bytes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChannelInfo {
+    /// Coarse state.
+    pub state: ChannelState,
+    /// The peer's id for the channel, once known.
+    pub remote_id: Option<u32>,
+    /// Payload bytes we may still send before the peer's next WINDOW ADJUST.
+    pub send_credit: u64,
+    /// Largest DATA payload we send on this channel: peer maximum packet
+    /// size - 8, in bytes.
+    pub max_send_payload: usize,
+    /// Payload bytes received and buffered, not yet consumed locally.
+    pub readable: usize,
+    /// Payload bytes the peer may still send before our next WINDOW ADJUST.
+    pub recv_window: u64,
+    /// We sent EOF (our sending side is finished).
+    pub eof_sent: bool,
+    /// The peer sent EOF.
+    pub eof_received: bool,
+    /// We sent CLOSE.
+    pub close_sent: bool,
+    /// The peer sent CLOSE.
+    pub close_received: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Phase {
+    /// OPEN sent. `abandoned`: the local side gave up (abort or open
+    /// timeout); a late OPEN SUCCESS is answered with CLOSE, silently.
+    Opening {
+        deadline: Option<Instant>,
+        abandoned: bool,
+    },
+    Requested,
+    Open,
+}
+
+#[derive(Debug)]
+pub(crate) struct Channel {
+    pub phase: Phase,
+    /// The peer's id (valid in Requested and Open).
+    pub remote_id: u32,
+    /// Whether the application knows this channel as live, so that
+    /// `Event::Closed` is due when it is freed.
+    pub visible: bool,
+
+    // Sending side.
+    /// Peer window left, in payload bytes (u64: adjustments may add up past
+    /// u32::MAX).
+    pub credit: u64,
+    /// Largest payload per DATA message: peer maximum packet size - 8.
+    pub max_send_payload: usize,
+    pub eof_sent: bool,
+    pub close_sent: bool,
+    /// A `send_data` call was cut short; `Event::Writable` is owed.
+    pub want_writable: bool,
+    /// In the session's list of channels waiting for output room.
+    pub queued_for_room: bool,
+
+    // Receiving side.
+    pub rx: BytesMut,
+    /// Payload bytes the peer may still send (our granted window left).
+    pub rx_window: u64,
+    /// Bytes consumed locally and not yet granted back by WINDOW ADJUST.
+    pub rx_consumed: u64,
+    pub eof_received: bool,
+    pub close_received: bool,
+    /// `Event::Data` was emitted and the reader has not consumed since.
+    pub readable_notified: bool,
+}
+
+impl Channel {
+    pub fn new(phase: Phase, recv_window: u32) -> Self {
+        Self {
+            phase,
+            remote_id: 0,
+            visible: false,
+            credit: 0,
+            max_send_payload: 0,
+            eof_sent: false,
+            close_sent: false,
+            want_writable: false,
+            queued_for_room: false,
+            rx: BytesMut::new(),
+            rx_window: u64::from(recv_window),
+            rx_consumed: 0,
+            eof_received: false,
+            close_received: false,
+            readable_notified: false,
+        }
+    }
+
+    /// Whether the local side may still send DATA.
+    pub fn can_send(&self) -> bool {
+        self.phase == Phase::Open && !self.eof_sent && !self.close_sent && !self.close_received
+    }
+
+    /// Whether the id can be released: CLOSE both ways and nothing left
+    /// for the local reader.
+    pub fn finished(&self) -> bool {
+        self.close_sent && self.close_received && self.rx.is_empty()
+    }
+
+    pub fn info(&self) -> ChannelInfo {
+        let (state, remote_id) = match self.phase {
+            Phase::Opening { .. } => (ChannelState::Opening, None),
+            Phase::Requested => (ChannelState::Requested, Some(self.remote_id)),
+            Phase::Open => (ChannelState::Open, Some(self.remote_id)),
+        };
+        ChannelInfo {
+            state,
+            remote_id,
+            send_credit: self.credit,
+            max_send_payload: self.max_send_payload,
+            readable: self.rx.len(),
+            recv_window: self.rx_window,
+            eof_sent: self.eof_sent,
+            eof_received: self.eof_received,
+            close_sent: self.close_sent,
+            close_received: self.close_received,
+        }
+    }
+}

@@ -1,0 +1,1148 @@
+//! Sans-IO JMUX session: many channels over one byte pipe.
+//!
+//! Bytes from the pipe go in through [`Session::handle_input`]; what happened
+//! comes out of [`Session::poll_event`]; bytes for the pipe come out of
+//! [`Session::transmit`] once [`Session::poll_flush`] says a flush is due;
+//! the next wake-up time comes out of [`Session::next_deadline`]. Time is
+//! always an argument; nothing here reads a clock or does I/O (the quinn-proto
+//! style, see `/work/shared/style.md`).
+//!
+//! Sources: JMUX spec, "Messages", "Windows and packet sizes", "Channel life
+//! cycle" and "Known weak points of the reference (do better)".
+
+use std::collections::{BTreeSet, VecDeque};
+use std::time::{Duration, Instant};
+
+use bytes::Buf;
+
+use crate::channel::{Channel, ChannelId, ChannelInfo, Phase};
+use crate::codec::{
+    DATA_OVERHEAD, DecodeError, Decoder, Destination, DestinationError, MAX_DATA_PAYLOAD,
+    MAX_MESSAGE_SIZE, Message, MessageType, ReasonCode,
+};
+use crate::sender::{PushError, Sender, SenderConfig};
+
+/// Session limits. Sizes in bytes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Config {
+    /// Receive window we grant on every channel, in payload bytes (default
+    /// 262144 = 256 KiB). It bounds each channel's receive buffer, so the
+    /// worst-case buffered input is `initial_window * open channels`. The
+    /// reference advertises 64 MiB, which makes that bound meaningless for
+    /// a guest with a memory limit; 256 KiB still allows ~250 MB/s per
+    /// channel at 1 ms RTT and ~25 MB/s at 10 ms. Must be > 0.
+    ///
+    /// Source: JMUX spec, "Windows and packet sizes".
+    pub initial_window: u32,
+    /// Maximum packet size we advertise: the largest whole DATA message
+    /// (8 bytes of header and id included) the peer should send us
+    /// (default 4096, like the reference). Must be > 8.
+    pub max_packet_size: u16,
+    /// Largest incoming message accepted by the decoder (default 65535).
+    /// Larger DATA than we advertised is still accepted when it fits this
+    /// limit and the window (counted in [`Stats::oversized_data`]).
+    pub max_message_size: usize,
+    /// WINDOW ADJUST is queued once more than this many consumed bytes have
+    /// accumulated on a channel (default 4096, like the reference). The
+    /// effective threshold is `min(this, initial_window / 2)` so a small
+    /// window can never stall.
+    pub window_adjust_threshold: u32,
+    /// Most channels in use at once, both directions (default 1024). An
+    /// incoming OPEN beyond it is answered with OPEN FAILURE (general
+    /// failure) without an event; [`Session::open`] fails.
+    pub max_channels: u32,
+    /// How long an OPEN may wait for its answer before the session reports
+    /// [`Event::OpenFailed`] with [`ReasonCode::TtlExpired`] (default
+    /// `None`: wait forever, like the reference). A late answer is then
+    /// handled silently (OPEN SUCCESS is answered with CLOSE).
+    pub open_timeout: Option<Duration>,
+    /// The coalescing sender's limits (64 KiB buffer, 16 KiB threshold,
+    /// 50 us drain spacing, 1 ms backstop). `capacity` must be >= 1024.
+    pub sender: SenderConfig,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            initial_window: 256 * 1024,
+            max_packet_size: 4096,
+            max_message_size: MAX_MESSAGE_SIZE,
+            window_adjust_threshold: 4096,
+            max_channels: 1024,
+            open_timeout: None,
+            sender: SenderConfig::default(),
+        }
+    }
+}
+
+/// An invalid [`Config`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ConfigError {
+    /// `initial_window` is 0: the peer could never send.
+    #[error("initial window must be > 0")]
+    ZeroWindow,
+    /// `max_packet_size` <= 8 leaves no room for payload (JMUX spec,
+    /// "Windows and packet sizes": never advertise a maximum of 8 or less).
+    #[error("maximum packet size {0} must be > 8 bytes")]
+    MaxPacketTooSmall(u16),
+    /// `max_channels` is 0.
+    #[error("max_channels must be > 0")]
+    ZeroChannels,
+    /// `sender.capacity` below 1024 bytes.
+    #[error("sender capacity {0} must be >= 1024 bytes")]
+    SenderTooSmall(usize),
+}
+
+/// Something the driver must act on, from [`Session::poll_event`]. Events for
+/// one channel come in protocol order; an id appears in a new
+/// [`Event::OpenRequest`] only after the [`Event::Closed`] of its previous
+/// use.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Event {
+    /// The peer sent OPEN. Answer with [`Session::accept`] or
+    /// [`Session::reject`]; an unparsable URL or a scheme other than `tcp`
+    /// should be rejected (e.g. with [`ReasonCode::AddressTypeNotSupported`])
+    /// so the opener does not wait forever (JMUX spec, "Known weak points").
+    OpenRequest {
+        /// Our id for the requested channel.
+        id: ChannelId,
+        /// The parsed destination, or why it does not parse.
+        destination: Result<Destination, DestinationError>,
+    },
+    /// Our OPEN was accepted; the channel is open and writable.
+    Opened {
+        /// The channel.
+        id: ChannelId,
+    },
+    /// Our OPEN was refused (or timed out locally, with
+    /// [`ReasonCode::TtlExpired`]). The id is no longer the caller's.
+    OpenFailed {
+        /// The channel.
+        id: ChannelId,
+        /// The peer's reason code.
+        reason: ReasonCode,
+        /// The peer's description (possibly empty).
+        description: String,
+    },
+    /// New bytes are readable on the channel ([`Session::recv`] /
+    /// [`Session::peek`]). Emitted when DATA arrives and the reader has not
+    /// consumed since the previous `Data` event: read until empty.
+    Data {
+        /// The channel.
+        id: ChannelId,
+    },
+    /// The peer sent EOF: after the buffered bytes, nothing more will come.
+    /// Half-close the local target (FIN) once they are written.
+    Eof {
+        /// The channel.
+        id: ChannelId,
+    },
+    /// The channel is finished: CLOSE went both ways and its buffered bytes
+    /// were consumed (or dropped by [`Session::abort`]). The id is free and
+    /// may be reused. Emitted once for every channel that was opened or
+    /// accepted.
+    Closed {
+        /// The channel.
+        id: ChannelId,
+    },
+    /// A [`Session::send_data`] call that was cut short can make progress
+    /// again (send credit and output room are available).
+    Writable {
+        /// The channel.
+        id: ChannelId,
+    },
+    /// A message was dropped: addressed to an unknown channel, or not
+    /// expected in the channel's state. For logging; the session goes on
+    /// (JMUX spec, "Channel life cycle": "log and drop").
+    Dropped {
+        /// The recipient channel id the message carried.
+        recipient_channel_id: u32,
+        /// The message type.
+        message_type: MessageType,
+        /// Why it was dropped.
+        reason: DropReason,
+    },
+}
+
+/// Why a message was dropped ([`Event::Dropped`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DropReason {
+    /// No channel has this id (or the peer cannot know it yet).
+    UnknownChannel,
+    /// The message does not fit the channel's state (e.g. DATA after the
+    /// peer's EOF, OPEN SUCCESS for a channel that is not opening).
+    UnexpectedInState,
+}
+
+/// A fatal session error: the driver must end the session (close the pipe).
+/// Sticky: every later `handle_*` call returns it again.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SessionError {
+    /// The input stream is not valid JMUX.
+    #[error("JMUX decode error: {0}")]
+    Decode(#[from] DecodeError),
+    /// The peer sent more DATA than the window we granted (JMUX spec,
+    /// "Windows and packet sizes").
+    #[error("{id}: DATA of {len} bytes exceeds the granted window of {window} bytes")]
+    WindowExceeded {
+        /// The channel.
+        id: ChannelId,
+        /// Payload bytes in the offending DATA.
+        len: usize,
+        /// Window left before it, in bytes.
+        window: u64,
+    },
+}
+
+/// A per-channel API call that cannot be honoured. The session goes on.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ChannelError {
+    /// No live channel has this id.
+    #[error("{0} does not exist")]
+    UnknownChannel(ChannelId),
+    /// The channel is not open yet (opening or not yet accepted).
+    #[error("{0} is not open")]
+    NotOpen(ChannelId),
+    /// `accept`/`reject` on a channel that is not a pending OPEN request.
+    #[error("{0} is not a pending open request")]
+    NotRequested(ChannelId),
+    /// The sending side is finished: we sent EOF or CLOSE, or the peer sent
+    /// CLOSE.
+    #[error("{0} can no longer send")]
+    SendClosed(ChannelId),
+    /// All `max_channels` ids are in use.
+    #[error("too many channels (max {max})")]
+    TooManyChannels {
+        /// The configured limit.
+        max: u32,
+    },
+    /// The destination URL does not fit in one OPEN message (65521 bytes).
+    #[error("destination URL of {len} bytes does not fit in an OPEN message")]
+    DestinationTooLong {
+        /// URL length in bytes.
+        len: usize,
+    },
+}
+
+/// Counters for logging and tests.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Stats {
+    /// Messages decoded from the peer.
+    pub messages_received: u64,
+    /// DATA payload bytes accepted into receive buffers.
+    pub data_bytes_received: u64,
+    /// DATA payload bytes queued for the peer.
+    pub data_bytes_sent: u64,
+    /// Messages dropped (with or without an [`Event::Dropped`]; DATA racing
+    /// our own CLOSE is dropped silently).
+    pub dropped_messages: u64,
+    /// Payload bytes in dropped DATA messages.
+    pub dropped_data_bytes: u64,
+    /// DATA larger than the maximum packet size we advertised (accepted).
+    pub oversized_data: u64,
+    /// Incoming OPENs refused by the session itself (too many channels, or
+    /// the peer's maximum packet size <= 8).
+    pub auto_rejected_opens: u64,
+}
+
+/// The JMUX session state machine (see the module docs).
+#[derive(Debug)]
+pub struct Session {
+    config: Config,
+    adjust_threshold: u64,
+    channels: Vec<Option<Channel>>,
+    /// Free ids below `channels.len()`.
+    free_ids: BTreeSet<u32>,
+    live: u32,
+    decoder: Decoder,
+    sender: Sender,
+    /// Control messages waiting for output room, in order. Nothing is
+    /// dropped; DATA is only accepted while this is empty, so order holds.
+    control: VecDeque<Message>,
+    events: VecDeque<Event>,
+    /// Channels whose `send_data` was cut short by output room.
+    waiting_for_room: VecDeque<u32>,
+    error: Option<SessionError>,
+    stats: Stats,
+}
+
+impl Session {
+    /// A session with no channels.
+    ///
+    /// Errors: [`ConfigError`] for a zero window, a maximum packet size
+    /// <= 8, zero `max_channels` or a sender capacity below 1024 bytes.
+    pub fn new(config: Config) -> Result<Self, ConfigError> {
+        if config.initial_window == 0 {
+            return Err(ConfigError::ZeroWindow);
+        }
+        if usize::from(config.max_packet_size) <= DATA_OVERHEAD {
+            return Err(ConfigError::MaxPacketTooSmall(config.max_packet_size));
+        }
+        if config.max_channels == 0 {
+            return Err(ConfigError::ZeroChannels);
+        }
+        if config.sender.capacity < 1024 {
+            return Err(ConfigError::SenderTooSmall(config.sender.capacity));
+        }
+        let adjust_threshold = u64::from(
+            config
+                .window_adjust_threshold
+                .min(config.initial_window / 2),
+        );
+        Ok(Self {
+            adjust_threshold,
+            channels: Vec::new(),
+            free_ids: BTreeSet::new(),
+            live: 0,
+            decoder: Decoder::with_max_message_size(config.max_message_size),
+            sender: Sender::new(config.sender.clone()),
+            control: VecDeque::new(),
+            events: VecDeque::new(),
+            waiting_for_room: VecDeque::new(),
+            error: None,
+            stats: Stats::default(),
+            config,
+        })
+    }
+
+    /// The configuration in force.
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> &Stats {
+        &self.stats
+    }
+
+    /// The fatal error, once one happened.
+    pub fn error(&self) -> Option<&SessionError> {
+        self.error.as_ref()
+    }
+
+    /// Channels in use (any state).
+    pub fn channel_count(&self) -> usize {
+        self.live as usize
+    }
+
+    /// A snapshot of one channel, `None` if the id is not in use.
+    pub fn channel(&self, id: ChannelId) -> Option<ChannelInfo> {
+        self.get(id).map(Channel::info)
+    }
+
+    /// The output sender (read-only: buffer level, flush reasons).
+    pub fn sender(&self) -> &Sender {
+        &self.sender
+    }
+
+    // ----- channel table ---------------------------------------------------
+
+    fn get(&self, id: ChannelId) -> Option<&Channel> {
+        self.channels.get(id.0 as usize)?.as_ref()
+    }
+
+    fn get_mut(&mut self, id: ChannelId) -> Option<&mut Channel> {
+        self.channels.get_mut(id.0 as usize)?.as_mut()
+    }
+
+    fn alloc(&mut self, channel: Channel) -> Option<ChannelId> {
+        if self.live >= self.config.max_channels {
+            return None;
+        }
+        let id = match self.free_ids.pop_first() {
+            Some(id) => id,
+            None => {
+                let id = u32::try_from(self.channels.len()).ok()?;
+                self.channels.push(None);
+                id
+            }
+        };
+        self.channels[id as usize] = Some(channel);
+        self.live += 1;
+        Some(ChannelId(id))
+    }
+
+    fn free(&mut self, id: ChannelId) {
+        if let Some(ch) = self.channels[id.0 as usize].take() {
+            self.live -= 1;
+            self.free_ids.insert(id.0);
+            if ch.visible {
+                self.events.push_back(Event::Closed { id });
+            }
+        }
+        // Keep the table short when the highest ids are free.
+        while let Some(None) = self.channels.last() {
+            let last = (self.channels.len() - 1) as u32;
+            self.channels.pop();
+            self.free_ids.remove(&last);
+        }
+    }
+
+    fn free_if_finished(&mut self, id: ChannelId) {
+        if self.get(id).is_some_and(Channel::finished) {
+            self.free(id);
+        }
+    }
+
+    // ----- outgoing --------------------------------------------------------
+
+    fn queue(&mut self, msg: Message) {
+        self.control.push_back(msg);
+    }
+
+    /// Moves queued control messages into the sender while they fit.
+    fn pump_control(&mut self, now: Instant) {
+        while let Some(msg) = self.control.front() {
+            match self.sender.push(now, msg) {
+                Ok(()) => {
+                    self.control.pop_front();
+                }
+                Err(PushError::Full { .. }) => break,
+                Err(PushError::Encode(e)) => {
+                    // Every queued message is size-checked when built.
+                    debug_assert!(false, "unencodable control message: {e}");
+                    self.control.pop_front();
+                }
+            }
+        }
+    }
+
+    fn room_for_writers(&self) -> bool {
+        let room = self.sender.room();
+        self.control.is_empty()
+            && room > DATA_OVERHEAD
+            && (room >= self.sender.config().capacity / 4 || self.sender.is_empty())
+    }
+
+    /// Emits `Writable` for channels cut short by output room, once there is
+    /// a useful amount of room again.
+    fn wake_writers(&mut self) {
+        if !self.room_for_writers() {
+            return;
+        }
+        while let Some(raw) = self.waiting_for_room.pop_front() {
+            let id = ChannelId(raw);
+            let Some(ch) = self.get_mut(id) else { continue };
+            ch.queued_for_room = false;
+            if ch.want_writable && ch.can_send() && ch.credit > 0 {
+                ch.want_writable = false;
+                self.events.push_back(Event::Writable { id });
+            }
+        }
+    }
+
+    /// Requests a channel to `destination` (queues OPEN granting our
+    /// `initial_window` and advertising our `max_packet_size`). The answer
+    /// comes as [`Event::Opened`] or [`Event::OpenFailed`]. `now` starts the
+    /// optional open timeout.
+    ///
+    /// Errors: [`ChannelError::TooManyChannels`],
+    /// [`ChannelError::DestinationTooLong`].
+    ///
+    /// Source: JMUX spec, "Messages" (OPEN).
+    pub fn open(
+        &mut self,
+        destination: &Destination,
+        now: Instant,
+    ) -> Result<ChannelId, ChannelError> {
+        let url = destination.to_string();
+        if url.len() + MessageType::Open.fixed_size() > MAX_MESSAGE_SIZE {
+            return Err(ChannelError::DestinationTooLong { len: url.len() });
+        }
+        let deadline = self.config.open_timeout.map(|t| now + t);
+        let channel = Channel::new(
+            Phase::Opening {
+                deadline,
+                abandoned: false,
+            },
+            self.config.initial_window,
+        );
+        let id = self.alloc(channel).ok_or(ChannelError::TooManyChannels {
+            max: self.config.max_channels,
+        })?;
+        self.queue(Message::Open {
+            sender_channel_id: id.0,
+            initial_window_size: self.config.initial_window,
+            maximum_packet_size: self.config.max_packet_size,
+            destination_url: url,
+        });
+        Ok(id)
+    }
+
+    /// Accepts a pending [`Event::OpenRequest`]: queues OPEN SUCCESS with
+    /// our id, our `initial_window` and our `max_packet_size`. The channel
+    /// is open and writable at once.
+    ///
+    /// Errors: [`ChannelError::UnknownChannel`],
+    /// [`ChannelError::NotRequested`].
+    pub fn accept(&mut self, id: ChannelId) -> Result<(), ChannelError> {
+        let ch = self.get_mut(id).ok_or(ChannelError::UnknownChannel(id))?;
+        if ch.phase != Phase::Requested {
+            return Err(ChannelError::NotRequested(id));
+        }
+        ch.phase = Phase::Open;
+        ch.visible = true;
+        let msg = Message::OpenSuccess {
+            recipient_channel_id: ch.remote_id,
+            sender_channel_id: id.0,
+            initial_window_size: self.config.initial_window,
+            maximum_packet_size: self.config.max_packet_size,
+        };
+        self.queue(msg);
+        Ok(())
+    }
+
+    /// Refuses a pending [`Event::OpenRequest`]: queues OPEN FAILURE with
+    /// `reason` and `description` (UTF-8, truncated at a character boundary
+    /// to fit one message) and frees the id at once (no `Closed` event).
+    ///
+    /// Errors: [`ChannelError::UnknownChannel`],
+    /// [`ChannelError::NotRequested`].
+    pub fn reject(
+        &mut self,
+        id: ChannelId,
+        reason: ReasonCode,
+        description: &str,
+    ) -> Result<(), ChannelError> {
+        let ch = self.get(id).ok_or(ChannelError::UnknownChannel(id))?;
+        if ch.phase != Phase::Requested {
+            return Err(ChannelError::NotRequested(id));
+        }
+        let recipient = ch.remote_id;
+        self.queue(open_failure(recipient, reason, description));
+        self.free(id);
+        Ok(())
+    }
+
+    /// Sends up to `data.len()` bytes on an open channel at time `now` and
+    /// returns how many were accepted (possibly 0). Acceptance is limited by
+    /// the peer's credit window and by room in the bounded output buffer;
+    /// the bytes are cut into DATA messages whose payload never exceeds the
+    /// peer's maximum packet size - 8. When fewer than `data.len()` bytes
+    /// are accepted, [`Event::Writable`] follows once progress is possible.
+    ///
+    /// Errors: [`ChannelError::UnknownChannel`], [`ChannelError::NotOpen`],
+    /// [`ChannelError::SendClosed`] (after our EOF/CLOSE or the peer's
+    /// CLOSE).
+    ///
+    /// Source: JMUX spec, "Windows and packet sizes".
+    pub fn send_data(
+        &mut self,
+        id: ChannelId,
+        data: &[u8],
+        now: Instant,
+    ) -> Result<usize, ChannelError> {
+        {
+            let ch = self.get(id).ok_or(ChannelError::UnknownChannel(id))?;
+            if ch.phase != Phase::Open {
+                return Err(ChannelError::NotOpen(id));
+            }
+            if !ch.can_send() {
+                return Err(ChannelError::SendClosed(id));
+            }
+        }
+        self.pump_control(now);
+        let control_blocked = !self.control.is_empty();
+        let Self {
+            channels,
+            sender,
+            waiting_for_room,
+            stats,
+            ..
+        } = self;
+        let ch = channels[id.0 as usize]
+            .as_mut()
+            .expect("checked above");
+        let mut sent = 0;
+        if !control_blocked {
+            while sent < data.len() && ch.credit > 0 {
+                let room = sender.room();
+                if room <= DATA_OVERHEAD {
+                    break;
+                }
+                let n = (data.len() - sent)
+                    .min(usize::try_from(ch.credit).unwrap_or(usize::MAX))
+                    .min(ch.max_send_payload)
+                    .min(room - DATA_OVERHEAD);
+                if sender
+                    .push_data(now, ch.remote_id, &data[sent..sent + n])
+                    .is_err()
+                {
+                    break;
+                }
+                ch.credit -= n as u64;
+                sent += n;
+            }
+        }
+        stats.data_bytes_sent += sent as u64;
+        if sent < data.len() {
+            ch.want_writable = true;
+            if ch.credit > 0 {
+                // Cut short by output room: that makes a flush due at once.
+                sender.mark_full();
+            }
+            if ch.credit > 0 && !ch.queued_for_room {
+                ch.queued_for_room = true;
+                waiting_for_room.push_back(id.0);
+            }
+        }
+        Ok(sent)
+    }
+
+    /// The local source reached end of stream: queues EOF, or CLOSE instead
+    /// when the peer already sent EOF. Idempotent; later `send_data` fails.
+    ///
+    /// Errors: [`ChannelError::UnknownChannel`], [`ChannelError::NotOpen`].
+    ///
+    /// Source: JMUX spec, "Channel life cycle".
+    pub fn shutdown(&mut self, id: ChannelId) -> Result<(), ChannelError> {
+        let ch = self.get_mut(id).ok_or(ChannelError::UnknownChannel(id))?;
+        if ch.phase != Phase::Open {
+            return Err(ChannelError::NotOpen(id));
+        }
+        if ch.eof_sent || ch.close_sent {
+            return Ok(());
+        }
+        ch.eof_sent = true;
+        ch.want_writable = false;
+        let recipient_channel_id = ch.remote_id;
+        if ch.eof_received {
+            ch.close_sent = true;
+            self.queue(Message::Close {
+                recipient_channel_id,
+            });
+            self.free_if_finished(id);
+        } else {
+            self.queue(Message::Eof {
+                recipient_channel_id,
+            });
+        }
+        Ok(())
+    }
+
+    /// Abnormal end (local read or write error): queues CLOSE at once
+    /// without EOF, drops the receive buffer and refuses further sends. The
+    /// id is freed once the peer's CLOSE arrives ([`Event::Closed`] then). On
+    /// a channel still opening, the open is abandoned silently (a late OPEN
+    /// SUCCESS is answered with CLOSE); on a pending request it is
+    /// [`Session::reject`] with general failure. Idempotent.
+    ///
+    /// Errors: [`ChannelError::UnknownChannel`].
+    ///
+    /// Source: JMUX spec, "Channel life cycle".
+    pub fn abort(&mut self, id: ChannelId) -> Result<(), ChannelError> {
+        let ch = self.get_mut(id).ok_or(ChannelError::UnknownChannel(id))?;
+        match ch.phase {
+            Phase::Opening { deadline, .. } => {
+                ch.phase = Phase::Opening {
+                    deadline,
+                    abandoned: true,
+                };
+                Ok(())
+            }
+            Phase::Requested => self.reject(id, ReasonCode::GeneralFailure, "aborted"),
+            Phase::Open => {
+                ch.rx.clear();
+                ch.want_writable = false;
+                if !ch.close_sent {
+                    ch.close_sent = true;
+                    let recipient_channel_id = ch.remote_id;
+                    self.queue(Message::Close {
+                        recipient_channel_id,
+                    });
+                }
+                self.free_if_finished(id);
+                Ok(())
+            }
+        }
+    }
+
+    // ----- receiving side of channels --------------------------------------
+
+    /// The buffered bytes of a channel, without consuming them (for writing
+    /// straight from the session's buffer; follow with
+    /// [`Session::consume`]). Empty when nothing is buffered.
+    ///
+    /// Errors: [`ChannelError::UnknownChannel`].
+    pub fn peek(&self, id: ChannelId) -> Result<&[u8], ChannelError> {
+        self.get(id)
+            .map(|ch| &ch.rx[..])
+            .ok_or(ChannelError::UnknownChannel(id))
+    }
+
+    /// Consumes the first `n` buffered bytes (clamped) of a channel. Once
+    /// more than the adjust threshold (4 KiB) of consumed bytes has
+    /// accumulated, queues a WINDOW ADJUST granting them back. Consuming the
+    /// last byte of a channel whose CLOSE went both ways frees it
+    /// ([`Event::Closed`]).
+    ///
+    /// Errors: [`ChannelError::UnknownChannel`].
+    ///
+    /// Source: JMUX spec, "Windows and packet sizes".
+    pub fn consume(&mut self, id: ChannelId, n: usize) -> Result<(), ChannelError> {
+        let threshold = self.adjust_threshold;
+        let ch = self.get_mut(id).ok_or(ChannelError::UnknownChannel(id))?;
+        let n = n.min(ch.rx.len());
+        ch.rx.advance(n);
+        ch.readable_notified = false;
+        ch.rx_consumed += n as u64;
+        let mut adjust = None;
+        if ch.phase == Phase::Open
+            && !ch.eof_received
+            && !ch.close_received
+            && !ch.close_sent
+            && ch.rx_consumed > threshold
+        {
+            let grant = u32::try_from(ch.rx_consumed).unwrap_or(u32::MAX);
+            ch.rx_consumed -= u64::from(grant);
+            ch.rx_window += u64::from(grant);
+            adjust = Some(Message::WindowAdjust {
+                recipient_channel_id: ch.remote_id,
+                window_adjustment: grant,
+            });
+        }
+        if let Some(msg) = adjust {
+            self.queue(msg);
+        }
+        self.free_if_finished(id);
+        Ok(())
+    }
+
+    /// Copies up to `buf.len()` buffered bytes of a channel into `buf`,
+    /// consumes them (see [`Session::consume`]) and returns how many. `0`
+    /// means nothing is buffered right now (check [`Session::channel`] or
+    /// wait for [`Event::Data`] / [`Event::Eof`]).
+    ///
+    /// Errors: [`ChannelError::UnknownChannel`].
+    pub fn recv(&mut self, id: ChannelId, buf: &mut [u8]) -> Result<usize, ChannelError> {
+        let src = self.peek(id)?;
+        let n = src.len().min(buf.len());
+        buf[..n].copy_from_slice(&src[..n]);
+        self.consume(id, n)?;
+        Ok(n)
+    }
+
+    // ----- incoming --------------------------------------------------------
+
+    /// Feeds bytes received from the pipe (any chunking; JMUX over WebSocket
+    /// is not message-aligned) and handles every complete message in them
+    /// at time `now`. Events queue up for [`Session::poll_event`].
+    ///
+    /// Errors: [`SessionError`] (fatal and sticky): malformed input, or DATA
+    /// beyond the granted window.
+    pub fn handle_input(&mut self, now: Instant, bytes: &[u8]) -> Result<(), SessionError> {
+        if let Some(e) = &self.error {
+            return Err(e.clone());
+        }
+        self.decoder.push(bytes);
+        loop {
+            match self.decoder.next_message() {
+                Ok(Some(msg)) => self.handle_message(now, msg)?,
+                Ok(None) => break,
+                Err(e) => {
+                    let e = SessionError::Decode(e);
+                    self.error = Some(e.clone());
+                    return Err(e);
+                }
+            }
+        }
+        self.pump_control(now);
+        Ok(())
+    }
+
+    /// Handles one decoded message at time `now` (for drivers with their
+    /// own [`Decoder`]; [`Session::handle_input`] calls this).
+    ///
+    /// Errors: [`SessionError::WindowExceeded`] (fatal and sticky).
+    pub fn handle_message(&mut self, now: Instant, msg: Message) -> Result<(), SessionError> {
+        if let Some(e) = &self.error {
+            return Err(e.clone());
+        }
+        self.stats.messages_received += 1;
+        match msg {
+            Message::Open {
+                sender_channel_id,
+                initial_window_size,
+                maximum_packet_size,
+                destination_url,
+            } => self.on_open(
+                sender_channel_id,
+                initial_window_size,
+                maximum_packet_size,
+                &destination_url,
+            ),
+            Message::OpenSuccess {
+                recipient_channel_id,
+                sender_channel_id,
+                initial_window_size,
+                maximum_packet_size,
+            } => self.on_open_success(
+                recipient_channel_id,
+                sender_channel_id,
+                initial_window_size,
+                maximum_packet_size,
+            ),
+            Message::OpenFailure {
+                recipient_channel_id,
+                reason_code,
+                description,
+            } => self.on_open_failure(recipient_channel_id, reason_code, description),
+            Message::WindowAdjust {
+                recipient_channel_id,
+                window_adjustment,
+            } => self.on_window_adjust(recipient_channel_id, window_adjustment),
+            Message::Data {
+                recipient_channel_id,
+                payload,
+            } => self.on_data(recipient_channel_id, &payload)?,
+            Message::Eof {
+                recipient_channel_id,
+            } => self.on_eof(recipient_channel_id),
+            Message::Close {
+                recipient_channel_id,
+            } => self.on_close(recipient_channel_id),
+        }
+        self.pump_control(now);
+        Ok(())
+    }
+
+    fn dropped(&mut self, recipient_channel_id: u32, message_type: MessageType, reason: DropReason) {
+        self.stats.dropped_messages += 1;
+        self.events.push_back(Event::Dropped {
+            recipient_channel_id,
+            message_type,
+            reason,
+        });
+    }
+
+    /// Looks up an established (Open) channel for a message from the peer;
+    /// reports and returns `None` otherwise. Requested channels are unknown
+    /// to the peer (it has not learnt our id yet).
+    fn open_channel_for(&mut self, raw: u32, message_type: MessageType) -> Option<ChannelId> {
+        let id = ChannelId(raw);
+        match self.get(id).map(|ch| ch.phase) {
+            Some(Phase::Open) => Some(id),
+            Some(Phase::Opening { .. }) => {
+                self.dropped(raw, message_type, DropReason::UnexpectedInState);
+                None
+            }
+            Some(Phase::Requested) | None => {
+                self.dropped(raw, message_type, DropReason::UnknownChannel);
+                None
+            }
+        }
+    }
+
+    fn on_open(&mut self, remote_id: u32, window: u32, max_packet: u16, url: &str) {
+        if usize::from(max_packet) <= DATA_OVERHEAD {
+            self.stats.auto_rejected_opens += 1;
+            self.queue(open_failure(
+                remote_id,
+                ReasonCode::GeneralFailure,
+                "maximum packet size must be more than 8 bytes",
+            ));
+            return;
+        }
+        let mut ch = Channel::new(Phase::Requested, self.config.initial_window);
+        ch.remote_id = remote_id;
+        ch.credit = u64::from(window);
+        ch.max_send_payload = (usize::from(max_packet) - DATA_OVERHEAD).min(MAX_DATA_PAYLOAD);
+        match self.alloc(ch) {
+            Some(id) => self.events.push_back(Event::OpenRequest {
+                id,
+                destination: Destination::parse(url),
+            }),
+            None => {
+                self.stats.auto_rejected_opens += 1;
+                self.queue(open_failure(
+                    remote_id,
+                    ReasonCode::GeneralFailure,
+                    "too many channels",
+                ));
+            }
+        }
+    }
+
+    fn on_open_success(&mut self, raw: u32, remote_id: u32, window: u32, max_packet: u16) {
+        let id = ChannelId(raw);
+        let Some(ch) = self.get_mut(id) else {
+            self.dropped(raw, MessageType::OpenSuccess, DropReason::UnknownChannel);
+            return;
+        };
+        let Phase::Opening { abandoned, .. } = ch.phase else {
+            self.dropped(raw, MessageType::OpenSuccess, DropReason::UnexpectedInState);
+            return;
+        };
+        ch.phase = Phase::Open;
+        ch.remote_id = remote_id;
+        ch.credit = u64::from(window);
+        ch.max_send_payload = usize::from(max_packet)
+            .saturating_sub(DATA_OVERHEAD)
+            .min(MAX_DATA_PAYLOAD);
+        if abandoned || ch.max_send_payload == 0 {
+            // Close the channel the peer just opened for us.
+            ch.close_sent = true;
+            self.queue(Message::Close {
+                recipient_channel_id: remote_id,
+            });
+            if !abandoned {
+                self.events.push_back(Event::OpenFailed {
+                    id,
+                    reason: ReasonCode::GeneralFailure,
+                    description: "peer maximum packet size is 8 bytes or less".to_owned(),
+                });
+            }
+            return;
+        }
+        ch.visible = true;
+        self.events.push_back(Event::Opened { id });
+    }
+
+    fn on_open_failure(&mut self, raw: u32, reason: ReasonCode, description: String) {
+        let id = ChannelId(raw);
+        let Some(ch) = self.get(id) else {
+            self.dropped(raw, MessageType::OpenFailure, DropReason::UnknownChannel);
+            return;
+        };
+        let Phase::Opening { abandoned, .. } = ch.phase else {
+            self.dropped(raw, MessageType::OpenFailure, DropReason::UnexpectedInState);
+            return;
+        };
+        if !abandoned {
+            self.events.push_back(Event::OpenFailed {
+                id,
+                reason,
+                description,
+            });
+        }
+        self.free(id);
+    }
+
+    fn on_window_adjust(&mut self, raw: u32, adjustment: u32) {
+        let Some(id) = self.open_channel_for(raw, MessageType::WindowAdjust) else {
+            return;
+        };
+        let room = self.room_for_writers();
+        let ch = self.get_mut(id).expect("checked");
+        ch.credit = ch.credit.saturating_add(u64::from(adjustment));
+        if ch.want_writable && ch.can_send() && ch.credit > 0 {
+            if room {
+                ch.want_writable = false;
+                self.events.push_back(Event::Writable { id });
+            } else if !ch.queued_for_room {
+                ch.queued_for_room = true;
+                self.waiting_for_room.push_back(id.0);
+            }
+        }
+    }
+
+    fn on_data(&mut self, raw: u32, payload: &[u8]) -> Result<(), SessionError> {
+        let Some(id) = self.open_channel_for(raw, MessageType::Data) else {
+            self.stats.dropped_data_bytes += payload.len() as u64;
+            return Ok(());
+        };
+        let max_payload = usize::from(self.config.max_packet_size) - DATA_OVERHEAD;
+        let ch = self.get_mut(id).expect("checked");
+        if ch.close_sent {
+            // In flight when we closed: normal race, drop quietly.
+            self.stats.dropped_messages += 1;
+            self.stats.dropped_data_bytes += payload.len() as u64;
+            return Ok(());
+        }
+        if ch.eof_received || ch.close_received {
+            self.stats.dropped_data_bytes += payload.len() as u64;
+            self.dropped(raw, MessageType::Data, DropReason::UnexpectedInState);
+            return Ok(());
+        }
+        let len = payload.len();
+        if len as u64 > ch.rx_window {
+            let e = SessionError::WindowExceeded {
+                id,
+                len,
+                window: ch.rx_window,
+            };
+            self.error = Some(e.clone());
+            return Err(e);
+        }
+        if len == 0 {
+            return Ok(());
+        }
+        ch.rx_window -= len as u64;
+        ch.rx.extend_from_slice(payload);
+        let notify = !ch.readable_notified;
+        ch.readable_notified = true;
+        self.stats.data_bytes_received += len as u64;
+        if len > max_payload {
+            self.stats.oversized_data += 1;
+        }
+        if notify {
+            self.events.push_back(Event::Data { id });
+        }
+        Ok(())
+    }
+
+    fn on_eof(&mut self, raw: u32) {
+        let Some(id) = self.open_channel_for(raw, MessageType::Eof) else {
+            return;
+        };
+        let ch = self.get_mut(id).expect("checked");
+        if ch.eof_received || ch.close_received {
+            self.dropped(raw, MessageType::Eof, DropReason::UnexpectedInState);
+            return;
+        }
+        ch.eof_received = true;
+        if ch.close_sent {
+            // We aborted; the application no longer cares.
+            return;
+        }
+        let reply_close = ch.eof_sent;
+        let recipient_channel_id = ch.remote_id;
+        if reply_close {
+            ch.close_sent = true;
+        }
+        self.events.push_back(Event::Eof { id });
+        if reply_close {
+            self.queue(Message::Close {
+                recipient_channel_id,
+            });
+        }
+        self.free_if_finished(id);
+    }
+
+    fn on_close(&mut self, raw: u32) {
+        let Some(id) = self.open_channel_for(raw, MessageType::Close) else {
+            return;
+        };
+        let ch = self.get_mut(id).expect("checked");
+        if ch.close_received {
+            self.dropped(raw, MessageType::Close, DropReason::UnexpectedInState);
+            return;
+        }
+        ch.close_received = true;
+        ch.want_writable = false;
+        if !ch.close_sent {
+            // Stop writing; our side is done as far as the pipe goes (DATA
+            // already queued stays ahead of this CLOSE).
+            ch.close_sent = true;
+            let recipient_channel_id = ch.remote_id;
+            self.queue(Message::Close {
+                recipient_channel_id,
+            });
+        }
+        self.free_if_finished(id);
+    }
+
+    /// Handles protocol timers due at `now` (the optional open timeout).
+    /// Call when [`Session::next_deadline`] has passed; harmless otherwise.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        for idx in 0..self.channels.len() {
+            let Some(ch) = self.channels[idx].as_mut() else {
+                continue;
+            };
+            if let Phase::Opening {
+                deadline: Some(deadline),
+                abandoned: false,
+            } = ch.phase
+                && now >= deadline
+            {
+                ch.phase = Phase::Opening {
+                    deadline: None,
+                    abandoned: true,
+                };
+                self.events.push_back(Event::OpenFailed {
+                    id: ChannelId(idx as u32),
+                    reason: ReasonCode::TtlExpired,
+                    description: "no answer to OPEN before the open timeout".to_owned(),
+                });
+            }
+        }
+    }
+
+    /// The next event, in order; `None` when there is none.
+    pub fn poll_event(&mut self) -> Option<Event> {
+        self.events.pop_front()
+    }
+
+    // ----- output to the pipe ----------------------------------------------
+
+    /// Drain point: the driver has handled all ready input and local work.
+    /// Moves queued control messages into the output buffer and applies the
+    /// coalescing rules (see [`crate::sender`]): returns `true` when
+    /// [`Session::transmit`] holds bytes to write to the pipe now.
+    pub fn poll_flush(&mut self, now: Instant) -> bool {
+        self.pump_control(now);
+        self.wake_writers();
+        self.sender.poll_flush(now)
+    }
+
+    /// Like [`Session::poll_flush`] for a driver that is still busy (not a
+    /// drain point): only the 1 ms backstop, a held-back drain flush that
+    /// became due, or a full buffer make a flush due. Call it inside long
+    /// loops (e.g. after each `send_data`) and on a deadline wake-up.
+    pub fn poll_flush_busy(&mut self, now: Instant) -> bool {
+        self.pump_control(now);
+        self.wake_writers();
+        self.sender.poll_flush_busy(now)
+    }
+
+    /// Bytes to write to the pipe now, in order (empty when no flush is
+    /// due). For a WebSocket pipe send them as one binary message; never
+    /// send an empty one (JMUX spec, "Framing").
+    pub fn transmit(&self) -> &[u8] {
+        self.sender.pending()
+    }
+
+    /// Reports that the first `n` bytes of [`Session::transmit`] were
+    /// written. Frees output room and may emit [`Event::Writable`].
+    pub fn advance_transmit(&mut self, n: usize) {
+        self.sender.advance(n);
+        self.wake_writers();
+    }
+
+    /// When the driver must wake up even if no I/O happens: the earliest of
+    /// the sender's flush deadline (held-back drain flush at +50 us, backstop
+    /// at +1 ms from the first unflushed byte) and open timeouts. A time in
+    /// the past means "now". On wake-up call [`Session::handle_timeout`]
+    /// and [`Session::poll_flush_busy`] (or `poll_flush` at a drain point).
+    /// `None`: sleep until I/O. Control messages queued since the last call
+    /// taking `now` are not covered: call `poll_flush` before sleeping.
+    pub fn next_deadline(&self) -> Option<Instant> {
+        let opens = self
+            .channels
+            .iter()
+            .flatten()
+            .filter_map(|ch| match ch.phase {
+                Phase::Opening {
+                    deadline,
+                    abandoned: false,
+                } => deadline,
+                _ => None,
+            })
+            .min();
+        match (self.sender.next_deadline(), opens) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// Whether control messages are waiting for output room (backpressure
+    /// on the pipe). A driver may stop reading input while this holds.
+    pub fn is_output_blocked(&self) -> bool {
+        !self.control.is_empty()
+    }
+}
+
+/// Builds an OPEN FAILURE whose description is cut (at a character boundary)
+/// to fit one message.
+fn open_failure(recipient_channel_id: u32, reason: ReasonCode, description: &str) -> Message {
+    let max = MAX_MESSAGE_SIZE - MessageType::OpenFailure.fixed_size();
+    let mut end = description.len().min(max);
+    while !description.is_char_boundary(end) {
+        end -= 1;
+    }
+    Message::OpenFailure {
+        recipient_channel_id,
+        reason_code: reason,
+        description: description[..end].to_owned(),
+    }
+}

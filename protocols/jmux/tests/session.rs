@@ -1,0 +1,927 @@
+//! Session behaviour against hand-written peer messages, and two sessions
+//! wired to each other in memory with a fake clock.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use tether_jmux::{
+    ChannelError, ChannelId, ChannelState, Config, DATA_OVERHEAD, DecodeError, Decoder,
+    Destination, DestinationErrorKind, DropReason, Event, Message, MessageType, ReasonCode,
+    SenderConfig, Session, SessionError,
+};
+
+const US: Duration = Duration::from_micros(1);
+
+// ----- one session against a scripted peer -----------------------------------
+
+/// One session plus a fake clock; the test plays the peer with raw messages.
+struct Harness {
+    s: Session,
+    now: Instant,
+}
+
+impl Harness {
+    fn new(config: Config) -> Self {
+        Self {
+            s: Session::new(config).unwrap(),
+            now: Instant::now(),
+        }
+    }
+
+    fn feed(&mut self, msgs: &[Message]) -> Result<(), SessionError> {
+        let mut bytes = Vec::new();
+        for m in msgs {
+            m.encode(&mut bytes).unwrap();
+        }
+        self.s.handle_input(self.now, &bytes)
+    }
+
+    /// Everything the session wants to send, flushing as a driver would
+    /// (advancing the clock past any held-back drain flush).
+    fn output(&mut self) -> Vec<Message> {
+        let mut dec = Decoder::new();
+        for _ in 0..4 {
+            if self.s.poll_flush(self.now) {
+                let out = self.s.transmit().to_vec();
+                assert!(!out.is_empty());
+                self.s.advance_transmit(out.len());
+                dec.push(&out);
+            }
+            self.now += Duration::from_millis(2);
+        }
+        let mut msgs = Vec::new();
+        while let Some(m) = dec.next_message().unwrap() {
+            msgs.push(m);
+        }
+        msgs
+    }
+
+    fn events(&mut self) -> Vec<Event> {
+        std::iter::from_fn(|| self.s.poll_event()).collect()
+    }
+
+    /// Opens channel to the peer and answers with OPEN SUCCESS from remote
+    /// id `remote` with the given window and max packet.
+    fn open_ok(&mut self, remote: u32, window: u32, max_packet: u16) -> ChannelId {
+        let id = self
+            .s
+            .open(&Destination::tcp("example.com", 80), self.now)
+            .unwrap();
+        let out = self.output();
+        assert!(matches!(out.as_slice(), [Message::Open { sender_channel_id, .. }] if *sender_channel_id == id.0));
+        self.feed(&[Message::OpenSuccess {
+            recipient_channel_id: id.0,
+            sender_channel_id: remote,
+            initial_window_size: window,
+            maximum_packet_size: max_packet,
+        }])
+        .unwrap();
+        assert_eq!(self.events(), vec![Event::Opened { id }]);
+        id
+    }
+}
+
+fn data(id: u32, payload: &[u8]) -> Message {
+    Message::Data {
+        recipient_channel_id: id,
+        payload: Bytes::copy_from_slice(payload),
+    }
+}
+
+#[test]
+fn open_advertises_config_and_ids_start_at_zero() {
+    let mut h = Harness::new(Config {
+        initial_window: 1000,
+        ..Config::default()
+    });
+    let id = h
+        .s
+        .open(&Destination::tcp("::1", 22), h.now)
+        .unwrap();
+    assert_eq!(id, ChannelId(0));
+    assert_eq!(
+        h.output(),
+        vec![Message::Open {
+            sender_channel_id: 0,
+            initial_window_size: 1000,
+            maximum_packet_size: 4096,
+            destination_url: "tcp://::1:22".into(),
+        }]
+    );
+    assert_eq!(h.s.channel(id).unwrap().state, ChannelState::Opening);
+    assert_eq!(
+        h.s.send_data(id, b"x", h.now),
+        Err(ChannelError::NotOpen(id))
+    );
+}
+
+#[test]
+fn lone_open_is_flushed_without_timer_wait() {
+    let mut h = Harness::new(Config::default());
+    h.s.open(&Destination::tcp("a", 1), h.now).unwrap();
+    assert!(h.s.poll_flush(h.now), "flushable at the same instant");
+    assert_eq!(h.s.transmit()[0], 100);
+}
+
+#[test]
+fn incoming_open_accept_and_reject() {
+    let mut h = Harness::new(Config::default());
+    h.feed(&[
+        Message::Open {
+            sender_channel_id: 7,
+            initial_window_size: 500,
+            maximum_packet_size: 100,
+            destination_url: "tcp://10.0.0.1:3389".into(),
+        },
+        Message::Open {
+            sender_channel_id: 8,
+            initial_window_size: 500,
+            maximum_packet_size: 100,
+            destination_url: "udp://10.0.0.1:53".into(),
+        },
+        Message::Open {
+            sender_channel_id: 9,
+            initial_window_size: 500,
+            maximum_packet_size: 100,
+            destination_url: "garbage".into(),
+        },
+    ])
+    .unwrap();
+    let ev = h.events();
+    assert_eq!(ev.len(), 3);
+    assert_eq!(
+        ev[0],
+        Event::OpenRequest {
+            id: ChannelId(0),
+            destination: Ok(Destination::tcp("10.0.0.1", 3389)),
+        }
+    );
+    let Event::OpenRequest {
+        id: udp_id,
+        destination: Ok(udp),
+    } = &ev[1]
+    else {
+        panic!("{:?}", ev[1]);
+    };
+    assert!(!udp.is_tcp());
+    let Event::OpenRequest {
+        id: bad_id,
+        destination: Err(e),
+    } = &ev[2]
+    else {
+        panic!("{:?}", ev[2]);
+    };
+    assert_eq!(e.kind, DestinationErrorKind::MissingScheme);
+
+    // Unsupported scheme and bad URL are answered, not ignored.
+    h.s.reject(*udp_id, ReasonCode::AddressTypeNotSupported, "only tcp")
+        .unwrap();
+    h.s.reject(*bad_id, ReasonCode::GeneralFailure, "bad url")
+        .unwrap();
+    h.s.accept(ChannelId(0)).unwrap();
+    assert_eq!(
+        h.s.accept(ChannelId(0)),
+        Err(ChannelError::NotRequested(ChannelId(0)))
+    );
+    assert_eq!(
+        h.output(),
+        vec![
+            Message::OpenFailure {
+                recipient_channel_id: 8,
+                reason_code: ReasonCode::AddressTypeNotSupported,
+                description: "only tcp".into(),
+            },
+            Message::OpenFailure {
+                recipient_channel_id: 9,
+                reason_code: ReasonCode::GeneralFailure,
+                description: "bad url".into(),
+            },
+            Message::OpenSuccess {
+                recipient_channel_id: 7,
+                sender_channel_id: 0,
+                initial_window_size: 256 * 1024,
+                maximum_packet_size: 4096,
+            },
+        ]
+    );
+    assert_eq!(h.s.channel_count(), 1);
+    // Peer's limits apply to our DATA: max packet 100 -> payload <= 92.
+    let sent = h.s.send_data(ChannelId(0), &[1; 1000], h.now).unwrap();
+    assert_eq!(sent, 500, "limited by the peer's window");
+    let out = h.output();
+    assert_eq!(out.len(), 6); // 5 x 92 + 40
+    for m in &out {
+        let Message::Data {
+            recipient_channel_id: 7,
+            payload,
+        } = m
+        else {
+            panic!("{m:?}")
+        };
+        assert!(payload.len() + DATA_OVERHEAD <= 100);
+    }
+}
+
+#[test]
+fn open_failure_reported_and_id_freed_and_reused() {
+    let mut h = Harness::new(Config::default());
+    let a = h.s.open(&Destination::tcp("a", 1), h.now).unwrap();
+    let b = h.s.open(&Destination::tcp("b", 1), h.now).unwrap();
+    assert_eq!((a, b), (ChannelId(0), ChannelId(1)));
+    h.feed(&[Message::OpenFailure {
+        recipient_channel_id: 0,
+        reason_code: ReasonCode::ConnectionRefused,
+        description: "refused".into(),
+    }])
+    .unwrap();
+    assert_eq!(
+        h.events(),
+        vec![Event::OpenFailed {
+            id: a,
+            reason: ReasonCode::ConnectionRefused,
+            description: "refused".into(),
+        }]
+    );
+    assert!(h.s.channel(a).is_none());
+    // Lowest free id is reused.
+    let c = h.s.open(&Destination::tcp("c", 1), h.now).unwrap();
+    assert_eq!(c, ChannelId(0));
+    let d = h.s.open(&Destination::tcp("d", 1), h.now).unwrap();
+    assert_eq!(d, ChannelId(2));
+}
+
+#[test]
+fn data_right_after_open_success_is_buffered() {
+    let mut h = Harness::new(Config::default());
+    let id = h.s.open(&Destination::tcp("a", 1), h.now).unwrap();
+    h.output();
+    // OPEN SUCCESS and DATA in the same chunk, before the local side reads.
+    h.feed(&[
+        Message::OpenSuccess {
+            recipient_channel_id: id.0,
+            sender_channel_id: 42,
+            initial_window_size: 1 << 20,
+            maximum_packet_size: 4096,
+        },
+        data(id.0, b"hello "),
+        data(id.0, b"world"),
+    ])
+    .unwrap();
+    assert_eq!(
+        h.events(),
+        vec![Event::Opened { id }, Event::Data { id }],
+        "one Data event until the reader consumes"
+    );
+    assert_eq!(h.s.peek(id).unwrap(), b"hello world");
+    let mut buf = [0u8; 5];
+    assert_eq!(h.s.recv(id, &mut buf).unwrap(), 5);
+    assert_eq!(&buf, b"hello");
+    h.feed(&[data(id.0, b"!")]).unwrap();
+    assert_eq!(h.events(), vec![Event::Data { id }]);
+    let mut buf = [0u8; 64];
+    assert_eq!(h.s.recv(id, &mut buf).unwrap(), 7);
+    assert_eq!(&buf[..7], b" world!");
+    assert_eq!(h.s.recv(id, &mut buf).unwrap(), 0);
+}
+
+#[test]
+fn window_adjust_after_more_than_4k_consumed() {
+    let mut h = Harness::new(Config {
+        initial_window: 64 * 1024,
+        ..Config::default()
+    });
+    let id = h.open_ok(5, 1 << 20, 4096);
+    h.feed(&[data(id.0, &[0; 4000]), data(id.0, &[0; 96])])
+        .unwrap();
+    assert_eq!(h.s.channel(id).unwrap().recv_window, 64 * 1024 - 4096);
+    let mut buf = vec![0; 4096];
+    assert_eq!(h.s.recv(id, &mut buf).unwrap(), 4096);
+    assert!(h.output().is_empty(), "exactly 4 KiB is not more than 4 KiB");
+    h.feed(&[data(id.0, &[0; 1])]).unwrap();
+    assert_eq!(h.s.recv(id, &mut buf).unwrap(), 1);
+    assert_eq!(
+        h.output(),
+        vec![Message::WindowAdjust {
+            recipient_channel_id: 5,
+            window_adjustment: 4097,
+        }]
+    );
+    assert_eq!(h.s.channel(id).unwrap().recv_window, 64 * 1024);
+}
+
+#[test]
+fn small_window_never_stalls() {
+    let mut h = Harness::new(Config {
+        initial_window: 100,
+        ..Config::default()
+    });
+    let id = h.open_ok(5, 1 << 20, 4096);
+    h.feed(&[data(id.0, &[0; 100])]).unwrap();
+    let mut buf = vec![0; 100];
+    h.s.recv(id, &mut buf).unwrap();
+    assert_eq!(
+        h.output(),
+        vec![Message::WindowAdjust {
+            recipient_channel_id: 5,
+            window_adjustment: 100,
+        }]
+    );
+}
+
+#[test]
+fn data_beyond_window_is_fatal_and_sticky() {
+    let mut h = Harness::new(Config {
+        initial_window: 1000,
+        ..Config::default()
+    });
+    let id = h.open_ok(5, 1 << 20, 4096);
+    h.feed(&[data(id.0, &[0; 600])]).unwrap();
+    let err = h.feed(&[data(id.0, &[0; 401])]).unwrap_err();
+    assert_eq!(
+        err,
+        SessionError::WindowExceeded {
+            id,
+            len: 401,
+            window: 400
+        }
+    );
+    assert_eq!(h.s.error(), Some(&err));
+    assert_eq!(h.feed(&[]).unwrap_err(), err);
+}
+
+#[test]
+fn malformed_input_is_fatal() {
+    let mut h = Harness::new(Config::default());
+    let err = h.s.handle_input(h.now, &[200, 0, 8, 0]).unwrap_err();
+    assert_eq!(
+        err,
+        SessionError::Decode(DecodeError::UnknownType {
+            message_type: 200,
+            size: 8
+        })
+    );
+}
+
+#[test]
+fn unknown_channel_messages_dropped_and_reported() {
+    let mut h = Harness::new(Config::default());
+    h.feed(&[
+        data(3, b"abc"),
+        Message::WindowAdjust {
+            recipient_channel_id: 4,
+            window_adjustment: 1,
+        },
+        Message::Eof {
+            recipient_channel_id: 5,
+        },
+    ])
+    .unwrap();
+    let ev = h.events();
+    assert_eq!(
+        ev,
+        vec![
+            Event::Dropped {
+                recipient_channel_id: 3,
+                message_type: MessageType::Data,
+                reason: DropReason::UnknownChannel,
+            },
+            Event::Dropped {
+                recipient_channel_id: 4,
+                message_type: MessageType::WindowAdjust,
+                reason: DropReason::UnknownChannel,
+            },
+            Event::Dropped {
+                recipient_channel_id: 5,
+                message_type: MessageType::Eof,
+                reason: DropReason::UnknownChannel,
+            },
+        ]
+    );
+    assert_eq!(h.s.stats().dropped_messages, 3);
+    assert_eq!(h.s.stats().dropped_data_bytes, 3);
+    assert!(h.s.error().is_none());
+}
+
+#[test]
+fn send_limited_by_credit_then_writable_on_window_adjust() {
+    let mut h = Harness::new(Config::default());
+    let id = h.open_ok(9, 10, 4096);
+    assert_eq!(h.s.send_data(id, b"0123456789abc", h.now).unwrap(), 10);
+    assert_eq!(h.s.send_data(id, b"abc", h.now).unwrap(), 0);
+    assert!(h.events().is_empty());
+    h.feed(&[Message::WindowAdjust {
+        recipient_channel_id: id.0,
+        window_adjustment: 2,
+    }])
+    .unwrap();
+    assert_eq!(h.events(), vec![Event::Writable { id }]);
+    assert_eq!(h.s.send_data(id, b"abc", h.now).unwrap(), 2);
+    let out = h.output();
+    assert_eq!(out, vec![data(9, b"0123456789"), data(9, b"ab")]);
+}
+
+#[test]
+fn lifecycle_local_eof_first() {
+    let mut h = Harness::new(Config::default());
+    let id = h.open_ok(9, 1000, 4096);
+    h.s.send_data(id, b"bye", h.now).unwrap();
+    h.s.shutdown(id).unwrap();
+    h.s.shutdown(id).unwrap(); // idempotent
+    assert_eq!(
+        h.s.send_data(id, b"more", h.now),
+        Err(ChannelError::SendClosed(id))
+    );
+    assert_eq!(
+        h.output(),
+        vec![
+            data(9, b"bye"),
+            Message::Eof {
+                recipient_channel_id: 9
+            }
+        ]
+    );
+    // Peer sends its last bytes and EOF: we already sent EOF -> CLOSE.
+    h.feed(&[
+        data(id.0, b"last"),
+        Message::Eof {
+            recipient_channel_id: id.0,
+        },
+    ])
+    .unwrap();
+    assert_eq!(h.events(), vec![Event::Data { id }, Event::Eof { id }]);
+    assert_eq!(
+        h.output(),
+        vec![Message::Close {
+            recipient_channel_id: 9
+        }]
+    );
+    // Peer's CLOSE: the id stays until the reader drained its bytes.
+    h.feed(&[Message::Close {
+        recipient_channel_id: id.0,
+    }])
+    .unwrap();
+    assert!(h.events().is_empty());
+    assert!(h.s.channel(id).is_some());
+    let mut buf = [0; 16];
+    assert_eq!(h.s.recv(id, &mut buf).unwrap(), 4);
+    assert_eq!(h.events(), vec![Event::Closed { id }]);
+    assert!(h.s.channel(id).is_none());
+    assert!(h.output().is_empty(), "no WINDOW ADJUST after EOF");
+}
+
+#[test]
+fn lifecycle_peer_eof_first_then_local_eof_sends_close() {
+    let mut h = Harness::new(Config::default());
+    let id = h.open_ok(9, 1000, 4096);
+    h.feed(&[Message::Eof {
+        recipient_channel_id: id.0,
+    }])
+    .unwrap();
+    assert_eq!(h.events(), vec![Event::Eof { id }]);
+    assert!(h.output().is_empty());
+    // Still allowed to send after the peer's EOF (half close).
+    assert_eq!(h.s.send_data(id, b"reply", h.now).unwrap(), 5);
+    h.s.shutdown(id).unwrap();
+    assert_eq!(
+        h.output(),
+        vec![
+            data(9, b"reply"),
+            Message::Close {
+                recipient_channel_id: 9
+            }
+        ],
+        "CLOSE instead of EOF"
+    );
+    h.feed(&[Message::Close {
+        recipient_channel_id: id.0,
+    }])
+    .unwrap();
+    assert_eq!(h.events(), vec![Event::Closed { id }]);
+}
+
+#[test]
+fn peer_close_is_answered_and_stops_writing() {
+    let mut h = Harness::new(Config::default());
+    let id = h.open_ok(9, 1000, 4096);
+    h.feed(&[Message::Close {
+        recipient_channel_id: id.0,
+    }])
+    .unwrap();
+    assert_eq!(h.events(), vec![Event::Closed { id }]);
+    assert_eq!(
+        h.output(),
+        vec![Message::Close {
+            recipient_channel_id: 9
+        }]
+    );
+    assert_eq!(
+        h.s.send_data(id, b"x", h.now),
+        Err(ChannelError::UnknownChannel(id))
+    );
+}
+
+#[test]
+fn abort_sends_close_at_once_without_eof() {
+    let mut h = Harness::new(Config::default());
+    let id = h.open_ok(9, 1000, 4096);
+    h.feed(&[data(id.0, b"unread")]).unwrap();
+    h.events();
+    h.s.abort(id).unwrap();
+    assert_eq!(
+        h.output(),
+        vec![Message::Close {
+            recipient_channel_id: 9
+        }]
+    );
+    // In-flight DATA racing our CLOSE is dropped quietly.
+    h.feed(&[data(id.0, b"late")]).unwrap();
+    assert!(h.events().is_empty());
+    h.feed(&[Message::Close {
+        recipient_channel_id: id.0,
+    }])
+    .unwrap();
+    assert_eq!(h.events(), vec![Event::Closed { id }]);
+}
+
+#[test]
+fn abandoned_open_closes_late_success_silently() {
+    let mut h = Harness::new(Config {
+        open_timeout: Some(Duration::from_secs(5)),
+        ..Config::default()
+    });
+    let id = h.s.open(&Destination::tcp("slow", 1), h.now).unwrap();
+    let t_open = h.now;
+    h.output();
+    assert_eq!(h.s.next_deadline(), Some(t_open + Duration::from_secs(5)));
+    h.s.handle_timeout(t_open + Duration::from_secs(4));
+    assert!(h.events().is_empty());
+    h.s.handle_timeout(t_open + Duration::from_secs(5));
+    assert_eq!(
+        h.events(),
+        vec![Event::OpenFailed {
+            id,
+            reason: ReasonCode::TtlExpired,
+            description: "no answer to OPEN before the open timeout".into(),
+        }]
+    );
+    assert_eq!(h.s.next_deadline(), None);
+    h.feed(&[Message::OpenSuccess {
+        recipient_channel_id: id.0,
+        sender_channel_id: 3,
+        initial_window_size: 10,
+        maximum_packet_size: 4096,
+    }])
+    .unwrap();
+    assert!(h.events().is_empty());
+    assert_eq!(
+        h.output(),
+        vec![Message::Close {
+            recipient_channel_id: 3
+        }]
+    );
+    h.feed(&[Message::Close {
+        recipient_channel_id: id.0,
+    }])
+    .unwrap();
+    assert!(h.events().is_empty());
+    assert_eq!(h.s.channel_count(), 0);
+}
+
+#[test]
+fn peer_max_packet_of_8_or_less_is_refused() {
+    let mut h = Harness::new(Config::default());
+    h.feed(&[Message::Open {
+        sender_channel_id: 1,
+        initial_window_size: 100,
+        maximum_packet_size: 8,
+        destination_url: "tcp://a:1".into(),
+    }])
+    .unwrap();
+    assert!(h.events().is_empty());
+    assert!(matches!(
+        h.output().as_slice(),
+        [Message::OpenFailure {
+            recipient_channel_id: 1,
+            reason_code: ReasonCode::GeneralFailure,
+            ..
+        }]
+    ));
+    assert!(matches!(
+        Session::new(Config {
+            max_packet_size: 8,
+            ..Config::default()
+        }),
+        Err(tether_jmux::ConfigError::MaxPacketTooSmall(8))
+    ));
+}
+
+#[test]
+fn too_many_channels() {
+    let mut h = Harness::new(Config {
+        max_channels: 2,
+        ..Config::default()
+    });
+    h.s.open(&Destination::tcp("a", 1), h.now).unwrap();
+    h.feed(&[Message::Open {
+        sender_channel_id: 1,
+        initial_window_size: 100,
+        maximum_packet_size: 100,
+        destination_url: "tcp://a:1".into(),
+    }])
+    .unwrap();
+    assert_eq!(h.events().len(), 1);
+    assert_eq!(
+        h.s.open(&Destination::tcp("b", 1), h.now),
+        Err(ChannelError::TooManyChannels { max: 2 })
+    );
+    h.feed(&[Message::Open {
+        sender_channel_id: 2,
+        initial_window_size: 100,
+        maximum_packet_size: 100,
+        destination_url: "tcp://a:1".into(),
+    }])
+    .unwrap();
+    assert!(h.events().is_empty());
+    assert_eq!(h.s.stats().auto_rejected_opens, 1);
+}
+
+#[test]
+fn output_backpressure_then_writable() {
+    let mut h = Harness::new(Config {
+        sender: SenderConfig {
+            capacity: 4096,
+            flush_threshold: 4096,
+            ..SenderConfig::default()
+        },
+        ..Config::default()
+    });
+    let id = h.open_ok(1, 1 << 20, 65535);
+    let sent = h.s.send_data(id, &[7; 10_000], h.now).unwrap();
+    assert_eq!(sent, 4096 - DATA_OVERHEAD, "bounded by output room");
+    assert_eq!(h.s.send_data(id, &[7; 10], h.now).unwrap(), 0);
+    // Cut short by room: a flush is due at once, even while busy.
+    assert!(h.s.poll_flush_busy(h.now));
+    let n = h.s.transmit().len();
+    h.s.advance_transmit(n);
+    assert_eq!(h.events(), vec![Event::Writable { id }]);
+}
+
+// ----- two sessions wired together ---------------------------------------------
+
+/// Moves bytes between two sessions like a driver pair would, with a fake
+/// clock; checks every DATA against the receiver's advertised maximum.
+struct Wire {
+    a: Session,
+    b: Session,
+    now: Instant,
+    spy_ab: Decoder,
+    spy_ba: Decoder,
+    max_data_seen: usize,
+    chunk: usize,
+    max_sender_buffered: usize,
+}
+
+impl Wire {
+    fn new(config: Config) -> Self {
+        Self {
+            a: Session::new(config.clone()).unwrap(),
+            b: Session::new(config).unwrap(),
+            now: Instant::now(),
+            spy_ab: Decoder::new(),
+            spy_ba: Decoder::new(),
+            max_data_seen: 0,
+            chunk: 1,
+            max_sender_buffered: 0,
+        }
+    }
+
+    /// One driver round for both sides: flush (drain point) and deliver
+    /// the bytes in uneven chunks (not aligned to messages).
+    fn pump(&mut self) {
+        for dir in 0..2 {
+            let (from, to, spy) = if dir == 0 {
+                (&mut self.a, &mut self.b, &mut self.spy_ab)
+            } else {
+                (&mut self.b, &mut self.a, &mut self.spy_ba)
+            };
+            self.max_sender_buffered = self.max_sender_buffered.max(from.sender().buffered());
+            if from.poll_flush(self.now) {
+                let out = from.transmit().to_vec();
+                from.advance_transmit(out.len());
+                spy.push(&out);
+                while let Some(m) = spy.next_message().unwrap() {
+                    if let Message::Data { payload, .. } = &m {
+                        let size = payload.len() + DATA_OVERHEAD;
+                        assert!(size <= usize::from(to.config().max_packet_size));
+                        self.max_data_seen = self.max_data_seen.max(size);
+                    }
+                }
+                let mut pos = 0;
+                while pos < out.len() {
+                    self.chunk = self.chunk % 1500 + 337;
+                    let n = self.chunk.min(out.len() - pos);
+                    to.handle_input(self.now, &out[pos..pos + n]).unwrap();
+                    pos += n;
+                }
+            }
+        }
+        self.now += 10 * US;
+    }
+}
+
+#[derive(Default)]
+struct Flow {
+    to_send: Vec<u8>,
+    sent: usize,
+    received: Vec<u8>,
+    eof_seen: bool,
+    closed_a: bool,
+    closed_b: bool,
+}
+
+fn pattern(len: usize, seed: u8) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
+        .collect()
+}
+
+/// 3 channels A -> B, 1 MiB each, windows enforced, one reader stalled.
+/// The stalled channel must not hold up the others (no head-of-line
+/// blocking) and buffered bytes stay within the granted windows.
+#[test]
+fn three_channels_one_stalled_no_head_of_line_blocking() {
+    const WINDOW: u32 = 64 * 1024;
+    const SIZE: usize = 1 << 20;
+    let mut w = Wire::new(Config {
+        initial_window: WINDOW,
+        ..Config::default()
+    });
+    // A opens three channels; B accepts them all.
+    let mut flows: HashMap<ChannelId, Flow> = HashMap::new();
+    let mut a_ids = Vec::new();
+    for i in 0..3u8 {
+        let id = w.a.open(&Destination::tcp("target", 9000), w.now).unwrap();
+        a_ids.push(id);
+        flows.insert(
+            id,
+            Flow {
+                to_send: pattern(SIZE, i),
+                ..Flow::default()
+            },
+        );
+    }
+    // Map B's ids to A's: both sides allocate 0,1,2 in order here.
+    let stalled = a_ids[1];
+    let mut stall = true;
+    let mut rounds = 0;
+    let mut done_at: HashMap<ChannelId, usize> = HashMap::new();
+    let mut max_b_buffered = 0usize;
+    let mut buf = vec![0u8; 3000];
+    loop {
+        rounds += 1;
+        assert!(rounds < 200_000, "transfer did not finish");
+        // B's driver.
+        while let Some(ev) = w.b.poll_event() {
+            match ev {
+                Event::OpenRequest { id, destination } => {
+                    assert_eq!(destination.unwrap(), Destination::tcp("target", 9000));
+                    w.b.accept(id).unwrap();
+                }
+                Event::Data { .. } | Event::Writable { .. } => {}
+                Event::Eof { id } => {
+                    flows.get_mut(&id).unwrap().eof_seen = true;
+                    w.b.shutdown(id).unwrap(); // nothing to send back
+                }
+                Event::Closed { id } => flows.get_mut(&id).unwrap().closed_b = true,
+                other => panic!("B: unexpected {other:?}"),
+            }
+        }
+        for &id in &a_ids {
+            if id == stalled && stall {
+                continue;
+            }
+            if w.b.channel(id).is_none() {
+                continue;
+            }
+            loop {
+                let n = w.b.recv(id, &mut buf).unwrap_or(0);
+                if n == 0 {
+                    break;
+                }
+                flows.get_mut(&id).unwrap().received.extend_from_slice(&buf[..n]);
+            }
+        }
+        // Bytes buffered in B never exceed the windows it granted.
+        let b_buffered: usize = a_ids
+            .iter()
+            .filter_map(|&id| w.b.channel(id))
+            .map(|c| c.readable)
+            .sum();
+        assert!(b_buffered <= 3 * WINDOW as usize);
+        for &id in &a_ids {
+            if let Some(c) = w.b.channel(id) {
+                assert!(c.readable <= WINDOW as usize);
+            }
+        }
+        max_b_buffered = max_b_buffered.max(b_buffered);
+
+        // A's driver.
+        while let Some(ev) = w.a.poll_event() {
+            match ev {
+                Event::Opened { .. } | Event::Writable { .. } => {}
+                Event::Eof { id } => w.a.shutdown(id).unwrap_or(()),
+                Event::Closed { id } => flows.get_mut(&id).unwrap().closed_a = true,
+                other => panic!("A: unexpected {other:?}"),
+            }
+        }
+        for &id in &a_ids {
+            let Some(info) = w.a.channel(id) else { continue };
+            if info.state != ChannelState::Open || info.eof_sent {
+                continue;
+            }
+            let f = flows.get_mut(&id).unwrap();
+            if f.sent < SIZE {
+                // Round-robin: at most 16 KiB per channel per round.
+                let end = (f.sent + 16 * 1024).min(SIZE);
+                f.sent += w.a.send_data(id, &f.to_send[f.sent..end], w.now).unwrap();
+            }
+            if f.sent == SIZE {
+                w.a.shutdown(id).unwrap();
+            }
+        }
+        w.pump();
+
+        // Once both unstalled channels are fully closed, check the stalled
+        // one is stuck at exactly its window, then let it go.
+        for &id in &a_ids {
+            let f = &flows[&id];
+            if f.closed_a && f.closed_b {
+                done_at.entry(id).or_insert(rounds);
+            }
+        }
+        if stall && done_at.len() == 2 {
+            assert!(!done_at.contains_key(&stalled));
+            let b_info = w.b.channel(stalled).unwrap();
+            assert_eq!(b_info.readable, WINDOW as usize, "stalled reader holds one window");
+            assert_eq!(b_info.recv_window, 0);
+            assert_eq!(w.a.channel(stalled).unwrap().send_credit, 0);
+            assert_eq!(flows[&stalled].sent, WINDOW as usize);
+            stall = false;
+        }
+        if done_at.len() == 3 {
+            break;
+        }
+    }
+    for (i, &id) in a_ids.iter().enumerate() {
+        let f = &flows[&id];
+        assert!(f.eof_seen);
+        assert_eq!(f.received.len(), SIZE, "channel {i}");
+        assert!(f.received == pattern(SIZE, i as u8), "channel {i} bytes");
+    }
+    assert!(done_at[&stalled] > done_at[&a_ids[0]]);
+    assert_eq!(w.a.channel_count(), 0);
+    assert_eq!(w.b.channel_count(), 0);
+    assert_eq!(w.max_data_seen, 4096, "DATA filled up to the 4096 maximum");
+    assert!(max_b_buffered >= WINDOW as usize);
+    assert!(w.max_sender_buffered <= 64 * 1024);
+    assert_eq!(w.a.stats().data_bytes_sent, 3 * SIZE as u64);
+    assert_eq!(w.b.stats().data_bytes_received, 3 * SIZE as u64);
+    assert_eq!(w.b.stats().dropped_messages, 0);
+    // Ids are free again and reused from 0.
+    assert_eq!(
+        w.a.open(&Destination::tcp("x", 1), w.now).unwrap(),
+        ChannelId(0)
+    );
+}
+
+/// A request/response ping-pong is never held back by timers: every reply
+/// goes out at the drain point of the same instant.
+#[test]
+fn ping_pong_needs_no_timer() {
+    let mut w = Wire::new(Config::default());
+    let id = w.a.open(&Destination::tcp("echo", 7), w.now).unwrap();
+    w.pump();
+    while let Some(ev) = w.b.poll_event() {
+        if let Event::OpenRequest { id, .. } = ev {
+            w.b.accept(id).unwrap();
+        }
+    }
+    w.pump();
+    assert_eq!(w.a.poll_event(), Some(Event::Opened { id }));
+    let mut buf = [0u8; 16];
+    for i in 0..50u8 {
+        w.a.send_data(id, &[i], w.now).unwrap();
+        w.pump(); // 10 us per round, less than the 50 us spacing
+        // Echo on B.
+        let n = w.b.recv(id, &mut buf).unwrap();
+        assert_eq!(&buf[..n], &[i], "request delivered in one round");
+        w.b.send_data(id, &buf[..n], w.now).unwrap();
+        // Advance past the drain spacing so B's reply flushes at once.
+        w.now += 50 * US;
+        w.pump();
+        let n = w.a.recv(id, &mut buf).unwrap();
+        assert_eq!(&buf[..n], &[i], "reply delivered in one round");
+        w.now += 50 * US;
+    }
+}
