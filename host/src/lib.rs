@@ -65,13 +65,44 @@ pub struct HostCtx {
     pub config: Config,
     /// rustls client configuration for `wss://`.
     pub tls: Arc<rustls::ClientConfig>,
+    /// Counters across every guest of this host.
+    pub stats: Arc<Stats>,
+}
+
+/// Host-wide counters, readable at any time (tests, metrics).
+#[derive(Debug, Default)]
+pub struct Stats {
+    buffered: std::sync::atomic::AtomicUsize,
+    peak_buffered: std::sync::atomic::AtomicUsize,
+}
+
+impl Stats {
+    /// Bytes queued in message-stream buffers (inbound plus outbound) now.
+    pub fn buffered_bytes(&self) -> usize {
+        self.buffered.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// The most bytes ever queued in message-stream buffers at once.
+    pub fn peak_buffered_bytes(&self) -> usize {
+        self.peak_buffered.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    pub(crate) fn add_buffered(&self, n: usize) {
+        use std::sync::atomic::Ordering::Relaxed;
+        let now = self.buffered.fetch_add(n, Relaxed) + n;
+        self.peak_buffered.fetch_max(now, Relaxed);
+    }
+
+    pub(crate) fn sub_buffered(&self, n: usize) {
+        self.buffered.fetch_sub(n, std::sync::atomic::Ordering::Relaxed);
+    }
 }
 
 impl HostCtx {
     /// Builds the shared context. Errors: an unreadable or empty CA file.
     pub fn new(config: Config) -> anyhow::Result<Arc<HostCtx>> {
         let tls = tls::client_config(&config.tls)?;
-        Ok(Arc::new(HostCtx { config, tls }))
+        Ok(Arc::new(HostCtx { config, tls, stats: Arc::default() }))
     }
 }
 

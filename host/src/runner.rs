@@ -95,6 +95,9 @@ pub struct GuestState {
     /// When the guest last got control back from the host; the runaway
     /// check measures from here.
     resumed: Instant,
+    /// Set while the guest is parked by the epoch callback's yield, so
+    /// that coming back from it does not count as a return to the host.
+    epoch_yield: bool,
 }
 
 impl WasiView for GuestState {
@@ -242,20 +245,29 @@ impl Runner {
                 .trap_on_grow_failure(true)
                 .build(),
             resumed: Instant::now(),
+            epoch_yield: false,
         };
         let mut store = Store::new(&self.engine, state);
         store.limiter(|s| &mut s.limits);
         store.call_hook(|mut ctx, hook| {
+            let data = ctx.data_mut();
             if matches!(hook, CallHook::ReturningFromHost | CallHook::CallingWasm) {
-                ctx.data_mut().resumed = Instant::now();
+                if data.epoch_yield {
+                    data.epoch_yield = false;
+                } else {
+                    data.resumed = Instant::now();
+                }
             }
             Ok(())
         });
         let max_run = limits.max_run_without_yield;
-        store.epoch_deadline_callback(move |ctx| {
-            if ctx.data().resumed.elapsed() > max_run {
+        store.epoch_deadline_callback(move |mut ctx| {
+            let data = ctx.data_mut();
+            if data.resumed.elapsed() > max_run {
                 return Err(Runaway(max_run).into());
             }
+            // The yield below returns through the host: not a real return.
+            data.epoch_yield = true;
             // Let socket tasks and other guests on this thread run.
             Ok(UpdateDeadline::Yield(1))
         });

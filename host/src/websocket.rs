@@ -83,6 +83,7 @@ struct Shared {
     /// Reader task: inbound room freed.
     inbound_room: Signal,
     reader: Mutex<Option<AbortHandle>>,
+    stats: Arc<crate::Stats>,
 }
 
 impl Shared {
@@ -102,6 +103,13 @@ impl Shared {
             || st.close_queued
             || st.read_end.is_some()
             || st.write_error.is_some()
+    }
+}
+
+impl Drop for Shared {
+    fn drop(&mut self) {
+        let st = self.lock();
+        self.stats.sub_buffered(st.inbound_bytes + st.outbound_bytes);
     }
 }
 
@@ -125,7 +133,7 @@ impl MessageStream {
     /// the current tokio runtime.
     pub fn start<S>(
         ws: WebSocketStream<S>,
-        limits: &Limits,
+        host: &HostCtx,
         subprotocol: Option<String>,
         peer: SocketAddr,
         path: String,
@@ -133,7 +141,9 @@ impl MessageStream {
     where
         S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     {
+        let limits = &host.config.limits;
         let shared = Arc::new(Shared {
+            stats: host.stats.clone(),
             state: Mutex::new(State::default()),
             max_message: limits.max_message_bytes,
             inbound_limit: limits.inbound_buffer_bytes,
@@ -171,6 +181,7 @@ impl MessageStream {
         }
         st.blocked_len = 0;
         st.outbound_bytes += len;
+        self.shared.stats.add_buffered(len);
         st.outbound.push_back(match message {
             Message::Text(t) => WsMessage::Text(t.into()),
             Message::Binary(b) => WsMessage::Binary(b.into()),
@@ -186,6 +197,7 @@ impl MessageStream {
         if let Some(m) = st.inbound.pop_front() {
             let was_full = st.inbound_bytes >= self.shared.inbound_limit;
             st.inbound_bytes -= message_len(&m);
+            self.shared.stats.sub_buffered(message_len(&m));
             let has_room = st.inbound_bytes < self.shared.inbound_limit;
             drop(st);
             if was_full && has_room {
@@ -308,10 +320,14 @@ where
                 tracing::warn!(peer_limit = shared.max_message, "closing stream: {c}");
                 break ErrorCode::MessageTooLarge(shared.max_message as u64);
             }
+            // After the peer's close frame, how the transport ends (even
+            // without a TLS close_notify) no longer matters.
+            Some(Err(_)) | None if st.close_info.is_some() => break ErrorCode::Closed,
             Some(Err(e)) => break classify(e),
             None => break ErrorCode::Closed,
         };
         st.inbound_bytes += message_len(&message);
+        shared.stats.add_buffered(message_len(&message));
         st.inbound.push_back(message);
         drop(st);
         shared.readable.wake();
@@ -352,6 +368,7 @@ where
         let drained = {
             let mut st = shared.lock();
             st.outbound_bytes -= len;
+            shared.stats.sub_buffered(len);
             st.outbound.is_empty()
         };
         shared.writable.wake();
@@ -515,7 +532,7 @@ pub async fn dial(ctx: Arc<HostCtx>, target: WsTarget, options: ConnectOptions, 
         .get("sec-websocket-protocol")
         .and_then(|v| v.to_str().ok())
         .map(str::to_owned);
-    Ok(MessageStream::start(ws, limits, subprotocol, peer, path))
+    Ok(MessageStream::start(ws, &ctx, subprotocol, peer, path))
 }
 
 #[derive(Default)]
@@ -583,7 +600,7 @@ async fn accept_one(ctx: Arc<HostCtx>, tcp: TcpStream, peer: SocketAddr, support
     match result {
         Ok(Ok(ws)) => {
             let (path, protocol) = chosen.lock().unwrap().clone();
-            st.ready.push_back(MessageStream::start(ws, limits, protocol, peer, path));
+            st.ready.push_back(MessageStream::start(ws, &ctx, protocol, peer, path));
             drop(st);
             shared.accepted.wake();
         }

@@ -46,19 +46,22 @@ pub fn runner(config: Config) -> Runner {
 }
 
 /// Runs the probe guest with `args` and captures its output.
-pub async fn probe(runner: &Runner, args: &[&str]) -> Outcome {
-    let component = runner.compile_cached(tether_guest_artifacts::PROBE).expect("compile probe");
-    let mut all = vec!["probe"];
-    all.extend_from_slice(args);
-    runner.run(&component, &all, GuestIo::Capture(1 << 20)).await
+pub fn probe<'a>(runner: &'a Runner, args: &[&str]) -> impl Future<Output = Outcome> + 'a {
+    run_guest(runner, tether_guest_artifacts::PROBE, "probe", args)
+}
+
+fn run_guest<'a>(runner: &'a Runner, wasm: &'static [u8], name: &str, args: &[&str]) -> impl Future<Output = Outcome> + 'a {
+    let mut all = vec![name.to_string()];
+    all.extend(args.iter().map(|a| a.to_string()));
+    async move {
+        let component = runner.compile_cached(wasm).expect("compile guest");
+        runner.run(&component, &all, GuestIo::Capture(64 << 20)).await
+    }
 }
 
 /// Runs the echo guest with `args` and captures its output.
-pub async fn echo(runner: &Runner, args: &[&str]) -> Outcome {
-    let component = runner.compile_cached(tether_guest_artifacts::ECHO).expect("compile echo");
-    let mut all = vec!["echo"];
-    all.extend_from_slice(args);
-    runner.run(&component, &all, GuestIo::Capture(64 << 20)).await
+pub fn echo<'a>(runner: &'a Runner, args: &[&str]) -> impl Future<Output = Outcome> + 'a {
+    run_guest(runner, tether_guest_artifacts::ECHO, "echo", args)
 }
 
 /// Stdout of a run, with stderr and the result appended for assertion
@@ -247,20 +250,13 @@ pub fn nodelay_of_sockets_at(addr: SocketAddr) -> Vec<bool> {
     found
 }
 
-/// This process's CPU time (user + system).
-pub fn cpu_time() -> Duration {
+/// The calling thread's CPU time (user + system).
+pub fn thread_cpu_time() -> Duration {
     let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
     // SAFETY: getrusage writes into the struct we own.
-    assert_eq!(unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut usage) }, 0);
+    assert_eq!(unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut usage) }, 0);
     let tv = |t: libc::timeval| Duration::from_secs(t.tv_sec as u64) + Duration::from_micros(t.tv_usec as u64);
     tv(usage.ru_utime) + tv(usage.ru_stime)
-}
-
-/// This process's resident set size, bytes.
-pub fn rss_bytes() -> usize {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap();
-    let line = status.lines().find(|l| l.starts_with("VmRSS:")).unwrap();
-    line.split_whitespace().nth(1).unwrap().parse::<usize>().unwrap() * 1024
 }
 
 /// A port nobody listens on (bound, then closed).

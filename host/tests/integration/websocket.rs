@@ -139,11 +139,11 @@ async fn tls_with_generated_ca() {
     assert!(out.success(), "{}", show(&out));
     // Name mismatch: the certificate is for localhost, not 127.0.0.1.
     let out = probe(&trusted, &["connect", &format!("wss://127.0.0.1:{}/", addr.port())]).await;
-    assert!(out.stdout_text().starts_with("error tls-failure") && out.stdout_text().contains("NotValidForName"), "{}", show(&out));
+    assert!(out.stdout_text().starts_with("error tls-failure") && out.stdout_text().contains("not valid for name"), "{}", show(&out));
     // Without the CA: unknown issuer.
     let untrusted = runner(local_config());
     let out = probe(&untrusted, &["connect", &url]).await;
-    assert!(out.stdout_text().starts_with("error tls-failure") && out.stdout_text().contains("UnknownIssuer"), "{}", show(&out));
+    assert!(out.stdout_text().starts_with("error tls-failure") && out.stdout_text().to_lowercase().contains("unknownissuer"), "{}", show(&out));
     // wss:// to a plain WebSocket server: a TLS error, not a hang.
     let plain = ws_server(echo_ws);
     let out = probe(&trusted, &["connect", &format!("wss://localhost:{}/", plain.port())]).await;
@@ -198,17 +198,16 @@ async fn every_host_socket_has_tcp_nodelay() {
 
 #[tokio::test(flavor = "current_thread")]
 async fn idle_guest_sleeps_and_wakes_within_a_millisecond() {
-    // The server stays quiet for a second, then measures 200 round trips
-    // through the echo guest.
-    let (tx, rx) = tokio::sync::oneshot::channel::<(Duration, Vec<Duration>)>();
-    let tx = std::sync::Mutex::new(Some(tx));
+    // The guest (and its socket tasks) run on this thread. While it waits
+    // on a quiet stream for a second, this thread must use (near) no CPU;
+    // then the server measures 200 round trips through it.
+    let (go_tx, go_rx) = tokio::sync::oneshot::channel::<()>();
+    let (tx, rx) = tokio::sync::oneshot::channel::<Vec<Duration>>();
+    let slot = std::sync::Mutex::new(Some((go_rx, tx)));
     let addr = ws_server(move |mut ws| {
-        let tx = tx.lock().unwrap().take();
+        let (go, tx) = slot.lock().unwrap().take().unwrap();
         async move {
-            tokio::time::sleep(Duration::from_millis(200)).await;
-            let cpu0 = cpu_time();
-            tokio::time::sleep(Duration::from_secs(1)).await;
-            let idle_cpu = cpu_time() - cpu0;
+            go.await.unwrap();
             let mut rtts = Vec::new();
             for i in 0..200u32 {
                 let t0 = Instant::now();
@@ -217,15 +216,23 @@ async fn idle_guest_sleeps_and_wakes_within_a_millisecond() {
                 rtts.push(t0.elapsed());
             }
             let _ = ws.close(None).await;
-            let _ = tx.unwrap().send((idle_cpu, rtts));
+            let _ = tx.send(rtts);
         }
     });
     let runner = runner(local_config());
-    let out = echo(&runner, &["client", &format!("ws://{addr}/")]).await;
+    let url = format!("ws://{addr}/");
+    let idle = async {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let cpu0 = thread_cpu_time();
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let idle_cpu = thread_cpu_time() - cpu0;
+        go_tx.send(()).unwrap();
+        idle_cpu
+    };
+    let (out, idle_cpu) = tokio::join!(echo(&runner, &["client", &url]), idle);
     assert!(out.success(), "{}", show(&out));
-    let (idle_cpu, mut rtts) = rx.await.unwrap();
-    // The whole process (guest, host, server) over one idle second.
-    assert!(idle_cpu < Duration::from_millis(30), "idle guest burned {idle_cpu:?} of CPU in 1 s: something polls");
+    let mut rtts = rx.await.unwrap();
+    assert!(idle_cpu < Duration::from_millis(5), "the idle guest's thread burned {idle_cpu:?} of CPU in 1 s: something polls");
     rtts.sort();
     let median = rtts[rtts.len() / 2];
     assert!(median < Duration::from_micros(500), "median round trip through the guest {median:?}, want well under 1 ms");
@@ -234,35 +241,36 @@ async fn idle_guest_sleeps_and_wakes_within_a_millisecond() {
 #[tokio::test(flavor = "current_thread")]
 async fn slow_reader_gets_every_byte_in_order_with_bounded_memory() {
     const TOTAL: usize = 64 << 20;
-    let (tx, rx) = tokio::sync::oneshot::channel::<(usize, bool, usize)>();
+    let (tx, rx) = tokio::sync::oneshot::channel::<(usize, bool)>();
     let tx = std::sync::Mutex::new(Some(tx));
     let addr = ws_server(move |mut ws| {
         let tx = tx.lock().unwrap().take();
         async move {
-            let (mut offset, mut in_order, mut peak_rss) = (0usize, true, 0usize);
-            let base = rss_bytes();
+            let (mut offset, mut in_order) = (0usize, true);
             while let Some(Ok(m)) = ws.next().await {
                 if let Message::Binary(b) = m {
                     in_order &= b.iter().enumerate().all(|(i, &x)| x == ((offset + i) % 251) as u8);
                     offset += b.len();
                     // A deliberately slow reader: ~2 ms per 64 KiB.
                     tokio::time::sleep(Duration::from_millis(2)).await;
-                    peak_rss = peak_rss.max(rss_bytes().saturating_sub(base));
                 }
             }
-            let _ = tx.unwrap().send((offset, in_order, peak_rss));
+            let _ = tx.unwrap().send((offset, in_order));
         }
     });
     let runner = runner(local_config());
     let out = probe(&runner, &["send-bulk", &format!("ws://{addr}/"), &TOTAL.to_string(), "65536"]).await;
     assert!(out.success(), "{}", show(&out));
-    let (received, in_order, peak_rss) = rx.await.unwrap();
+    let (received, in_order) = rx.await.unwrap();
     assert_eq!(received, TOTAL, "bytes lost");
     assert!(in_order, "bytes out of order");
     let blocked: u64 = out.stdout_text().split("wouldblock=").nth(1).unwrap().trim().parse().unwrap();
     assert!(blocked > 0, "the guest never saw backpressure: {}", show(&out));
-    // Unbounded queues would hold most of the 64 MiB.
-    assert!(peak_rss < 40 << 20, "process memory grew by {} MiB", peak_rss >> 20);
+    // Unbounded queues would hold most of the 64 MiB; the host's never
+    // held more than its outbound bound.
+    let peak = runner.host().stats.peak_buffered_bytes();
+    let bound = runner.host().config.limits.outbound_buffer_bytes;
+    assert!(peak > 0 && peak <= bound, "host buffered up to {peak} bytes, bound {bound}");
 }
 
 #[tokio::test(flavor = "current_thread")]
@@ -313,7 +321,7 @@ async fn abrupt_close_mid_message_is_abnormal_1006() {
         // Half a frame: a 100-byte binary header with 10 bytes, then RST.
         let tcp = ws.get_mut();
         tcp.write_all(&[0x82, 100, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10]).await.unwrap();
-        tcp.set_linger(Some(Duration::ZERO)).unwrap();
+        socket2::SockRef::from(&*tcp).set_linger(Some(Duration::ZERO)).unwrap();
     });
     let runner = runner(local_config());
     let out = probe(&runner, &["recv-all", &format!("ws://{addr}/")]).await;

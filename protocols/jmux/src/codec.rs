@@ -425,11 +425,7 @@ impl Message {
 /// Panics (debug) if `payload_len > MAX_DATA_PAYLOAD`; callers bound it.
 pub(crate) fn put_data_header(buf: &mut Vec<u8>, recipient_channel_id: u32, payload_len: usize) {
     debug_assert!(payload_len <= MAX_DATA_PAYLOAD);
-    put_header(
-        buf,
-        MessageType::Data,
-        (DATA_OVERHEAD + payload_len) as u16,
-    );
+    put_header(buf, MessageType::Data, (DATA_OVERHEAD + payload_len) as u16);
     buf.extend_from_slice(&recipient_channel_id.to_be_bytes());
 }
 
@@ -444,7 +440,9 @@ fn put_header(buf: &mut Vec<u8>, message_type: MessageType, size: u16) {
 pub enum EncodeError {
     /// The encoded message would be `size` bytes, more than the 65535 that
     /// `msgSize` (u16) can express. Source: JMUX spec, "Framing".
-    #[error("{message_type} message would be {size} bytes, more than the 65535 a JMUX message can hold")]
+    #[error(
+        "{message_type} message would be {size} bytes, more than the 65535 a JMUX message can hold"
+    )]
     TooLarge {
         /// Type of the message that did not fit.
         message_type: MessageType,
@@ -577,13 +575,12 @@ fn decode_body(message_type: MessageType, mut body: Bytes) -> Result<Message, De
             let sender_channel_id = body.get_u32();
             let initial_window_size = body.get_u32();
             let maximum_packet_size = body.get_u16();
-            let destination_url = String::from_utf8(body.to_vec()).map_err(|e| {
-                DecodeError::InvalidUtf8 {
+            let destination_url =
+                String::from_utf8(body.to_vec()).map_err(|e| DecodeError::InvalidUtf8 {
                     message_type,
                     field: "destination URL",
                     valid_up_to: e.utf8_error().valid_up_to(),
-                }
-            })?;
+                })?;
             Message::Open {
                 sender_channel_id,
                 initial_window_size,
@@ -1162,7 +1159,10 @@ mod tests {
         assert_eq!(Destination::tcp("::1", 22).to_string(), "tcp://::1:22");
         let kind = |s: &str| Destination::parse(s).unwrap_err().kind;
         assert_eq!(kind("google.com:443"), DestinationErrorKind::MissingScheme);
-        assert_eq!(kind("://google.com:443"), DestinationErrorKind::MissingScheme);
+        assert_eq!(
+            kind("://google.com:443"),
+            DestinationErrorKind::MissingScheme
+        );
         assert_eq!(kind("tcp://google.com"), DestinationErrorKind::MissingPort);
         assert_eq!(kind("tcp://:443"), DestinationErrorKind::EmptyHost);
         assert_eq!(kind("tcp://h:65536"), DestinationErrorKind::InvalidPort);
@@ -1279,12 +1279,7 @@ mod tests {
             let mut dec = Decoder::new();
             for chunk in bytes.chunks(cut) {
                 dec.push(chunk);
-                loop {
-                    match dec.next_message() {
-                        Ok(Some(_)) => continue,
-                        Ok(None) | Err(_) => break,
-                    }
-                }
+                while let Ok(Some(_)) = dec.next_message() {}
             }
             let _ = Message::decode(&bytes);
         }

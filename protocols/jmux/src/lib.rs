@@ -46,6 +46,8 @@
 //! # let _ = id;
 //! ```
 
+#![warn(missing_docs)]
+
 pub mod channel;
 pub mod codec;
 pub mod sender;

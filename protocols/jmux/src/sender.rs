@@ -260,15 +260,14 @@ impl Sender {
 
     fn decide(&mut self, now: Instant, drained: bool) -> bool {
         if let Some(first) = self.first_unflushed {
-            let forced = if self.refused
-                || self.buf.len() - self.head >= self.config.flush_threshold
-            {
-                Some(FlushReason::Full)
-            } else if now >= first + self.config.backstop {
-                Some(FlushReason::Backstop)
-            } else {
-                None
-            };
+            let forced =
+                if self.refused || self.buf.len() - self.head >= self.config.flush_threshold {
+                    Some(FlushReason::Full)
+                } else if now >= first + self.config.backstop {
+                    Some(FlushReason::Backstop)
+                } else {
+                    None
+                };
             let reason = forced.or_else(|| {
                 if self.drain_due.is_some_and(|due| now >= due) {
                     Some(FlushReason::DelayedDrain)

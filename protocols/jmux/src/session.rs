@@ -550,9 +550,7 @@ impl Session {
             stats,
             ..
         } = self;
-        let ch = channels[id.0 as usize]
-            .as_mut()
-            .expect("checked above");
+        let ch = channels[id.0 as usize].as_mut().expect("checked above");
         let mut sent = 0;
         if !control_blocked {
             while sent < data.len() && ch.credit > 0 {
@@ -806,7 +804,12 @@ impl Session {
         Ok(())
     }
 
-    fn dropped(&mut self, recipient_channel_id: u32, message_type: MessageType, reason: DropReason) {
+    fn dropped(
+        &mut self,
+        recipient_channel_id: u32,
+        message_type: MessageType,
+        reason: DropReason,
+    ) {
         self.stats.dropped_messages += 1;
         self.events.push_back(Event::Dropped {
             recipient_channel_id,

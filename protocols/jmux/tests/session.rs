@@ -69,7 +69,9 @@ impl Harness {
             .open(&Destination::tcp("example.com", 80), self.now)
             .unwrap();
         let out = self.output();
-        assert!(matches!(out.as_slice(), [Message::Open { sender_channel_id, .. }] if *sender_channel_id == id.0));
+        assert!(
+            matches!(out.as_slice(), [Message::Open { sender_channel_id, .. }] if *sender_channel_id == id.0)
+        );
         self.feed(&[Message::OpenSuccess {
             recipient_channel_id: id.0,
             sender_channel_id: remote,
@@ -95,10 +97,7 @@ fn open_advertises_config_and_ids_start_at_zero() {
         initial_window: 1000,
         ..Config::default()
     });
-    let id = h
-        .s
-        .open(&Destination::tcp("::1", 22), h.now)
-        .unwrap();
+    let id = h.s.open(&Destination::tcp("::1", 22), h.now).unwrap();
     assert_eq!(id, ChannelId(0));
     assert_eq!(
         h.output(),
@@ -297,7 +296,10 @@ fn window_adjust_after_more_than_4k_consumed() {
     assert_eq!(h.s.channel(id).unwrap().recv_window, 64 * 1024 - 4096);
     let mut buf = vec![0; 4096];
     assert_eq!(h.s.recv(id, &mut buf).unwrap(), 4096);
-    assert!(h.output().is_empty(), "exactly 4 KiB is not more than 4 KiB");
+    assert!(
+        h.output().is_empty(),
+        "exactly 4 KiB is not more than 4 KiB"
+    );
     h.feed(&[data(id.0, &[0; 1])]).unwrap();
     assert_eq!(h.s.recv(id, &mut buf).unwrap(), 1);
     assert_eq!(
@@ -809,7 +811,11 @@ fn three_channels_one_stalled_no_head_of_line_blocking() {
                 if n == 0 {
                     break;
                 }
-                flows.get_mut(&id).unwrap().received.extend_from_slice(&buf[..n]);
+                flows
+                    .get_mut(&id)
+                    .unwrap()
+                    .received
+                    .extend_from_slice(&buf[..n]);
             }
         }
         // Bytes buffered in B never exceed the windows it granted.
@@ -836,7 +842,9 @@ fn three_channels_one_stalled_no_head_of_line_blocking() {
             }
         }
         for &id in &a_ids {
-            let Some(info) = w.a.channel(id) else { continue };
+            let Some(info) = w.a.channel(id) else {
+                continue;
+            };
             if info.state != ChannelState::Open || info.eof_sent {
                 continue;
             }
@@ -863,7 +871,10 @@ fn three_channels_one_stalled_no_head_of_line_blocking() {
         if stall && done_at.len() == 2 {
             assert!(!done_at.contains_key(&stalled));
             let b_info = w.b.channel(stalled).unwrap();
-            assert_eq!(b_info.readable, WINDOW as usize, "stalled reader holds one window");
+            assert_eq!(
+                b_info.readable, WINDOW as usize,
+                "stalled reader holds one window"
+            );
             assert_eq!(b_info.recv_window, 0);
             assert_eq!(w.a.channel(stalled).unwrap().send_credit, 0);
             assert_eq!(flows[&stalled].sent, WINDOW as usize);
@@ -911,8 +922,11 @@ fn ping_pong_needs_no_timer() {
     assert_eq!(w.a.poll_event(), Some(Event::Opened { id }));
     let mut buf = [0u8; 16];
     for i in 0..50u8 {
+        // Past the 50 us drain spacing of the previous flush: the request
+        // flushes at the drain point of the same instant.
+        w.now += 50 * US;
         w.a.send_data(id, &[i], w.now).unwrap();
-        w.pump(); // 10 us per round, less than the 50 us spacing
+        w.pump();
         // Echo on B.
         let n = w.b.recv(id, &mut buf).unwrap();
         assert_eq!(&buf[..n], &[i], "request delivered in one round");
@@ -922,6 +936,228 @@ fn ping_pong_needs_no_timer() {
         w.pump();
         let n = w.a.recv(id, &mut buf).unwrap();
         assert_eq!(&buf[..n], &[i], "reply delivered in one round");
-        w.now += 50 * US;
+    }
+    // Inside the spacing, a drain flush is held back to exactly +50 us.
+    let t = w.now;
+    w.a.send_data(id, b"x", t).unwrap();
+    assert!(w.a.poll_flush(t));
+    w.a.advance_transmit(w.a.transmit().len());
+    w.a.send_data(id, b"y", t + 10 * US).unwrap();
+    assert!(!w.a.poll_flush(t + 10 * US));
+    assert_eq!(w.a.next_deadline(), Some(t + 50 * US));
+    assert!(w.a.poll_flush_busy(t + 50 * US));
+}
+
+// ----- property tests ----------------------------------------------------------
+
+mod props {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn arb_peer_message() -> impl Strategy<Value = Message> {
+        let id = 0u32..5;
+        prop_oneof![
+            (
+                id.clone(),
+                any::<u32>(),
+                0u16..200,
+                "tcp://[a-z]{1,5}:[0-9]{1,5}"
+            )
+                .prop_map(|(s, w, m, u)| Message::Open {
+                    sender_channel_id: s,
+                    initial_window_size: w,
+                    maximum_packet_size: m,
+                    destination_url: u,
+                }),
+            (id.clone(), any::<u32>(), any::<u32>(), any::<u16>()).prop_map(|(r, s, w, m)| {
+                Message::OpenSuccess {
+                    recipient_channel_id: r,
+                    sender_channel_id: s,
+                    initial_window_size: w,
+                    maximum_packet_size: m,
+                }
+            }),
+            (id.clone(), 0u32..10).prop_map(|(r, c)| Message::OpenFailure {
+                recipient_channel_id: r,
+                reason_code: ReasonCode::from_u32(c),
+                description: String::new(),
+            }),
+            (id.clone(), any::<u32>()).prop_map(|(r, w)| Message::WindowAdjust {
+                recipient_channel_id: r,
+                window_adjustment: w,
+            }),
+            (id.clone(), 0usize..3000).prop_map(|(r, n)| data(r, &vec![0xAB; n])),
+            id.clone().prop_map(|r| Message::Eof {
+                recipient_channel_id: r
+            }),
+            id.prop_map(|r| Message::Close {
+                recipient_channel_id: r
+            }),
+        ]
+    }
+
+    #[derive(Debug, Clone)]
+    enum Local {
+        Open,
+        Accept(u32),
+        Reject(u32),
+        Send(u32, usize),
+        Recv(u32, usize),
+        Shutdown(u32),
+        Abort(u32),
+        Flush,
+    }
+
+    fn arb_local() -> impl Strategy<Value = Local> {
+        let id = 0u32..5;
+        prop_oneof![
+            Just(Local::Open),
+            id.clone().prop_map(Local::Accept),
+            id.clone().prop_map(Local::Reject),
+            (id.clone(), 0usize..5000).prop_map(|(i, n)| Local::Send(i, n)),
+            (id.clone(), 0usize..5000).prop_map(|(i, n)| Local::Recv(i, n)),
+            id.clone().prop_map(Local::Shutdown),
+            id.prop_map(Local::Abort),
+            Just(Local::Flush),
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(256))]
+
+        /// Arbitrary peer messages interleaved with arbitrary local calls:
+        /// no panic, the only fatal error is a window violation, receive
+        /// buffers stay within the granted window, the output buffer stays
+        /// bounded, and every message we emit is well-formed.
+        #[test]
+        fn session_survives_arbitrary_peer_and_local_calls(
+            steps in proptest::collection::vec(
+                prop_oneof![
+                    arb_peer_message().prop_map(Ok),
+                    arb_local().prop_map(Err),
+                ],
+                0..80,
+            ),
+        ) {
+            const WINDOW: u32 = 8192;
+            let mut h = Harness::new(Config {
+                initial_window: WINDOW,
+                sender: SenderConfig { capacity: 4096, ..SenderConfig::default() },
+                ..Config::default()
+            });
+            let mut out = Decoder::new();
+            for step in steps {
+                h.now += 7 * US;
+                match step {
+                    Ok(msg) => {
+                        if let Err(e) = h.feed(&[msg]) {
+                            prop_assert!(matches!(e, SessionError::WindowExceeded { .. }), "{e}");
+                            return Ok(());
+                        }
+                    }
+                    Err(local) => {
+                        let now = h.now;
+                        let _ = match local {
+                            Local::Open => h.s.open(&Destination::tcp("p", 1), now).map(|_| ()),
+                            Local::Accept(i) => h.s.accept(ChannelId(i)),
+                            Local::Reject(i) => h.s.reject(ChannelId(i), ReasonCode::GeneralFailure, "no"),
+                            Local::Send(i, n) => h.s.send_data(ChannelId(i), &vec![1; n], now).map(|_| ()),
+                            Local::Recv(i, n) => h.s.recv(ChannelId(i), &mut vec![0; n]).map(|_| ()),
+                            Local::Shutdown(i) => h.s.shutdown(ChannelId(i)),
+                            Local::Abort(i) => h.s.abort(ChannelId(i)),
+                            Local::Flush => {
+                                if h.s.poll_flush(now) {
+                                    let bytes = h.s.transmit().to_vec();
+                                    prop_assert!(!bytes.is_empty());
+                                    h.s.advance_transmit(bytes.len());
+                                    out.push(&bytes);
+                                }
+                                Ok(())
+                            }
+                        };
+                    }
+                }
+                while h.s.poll_event().is_some() {}
+                prop_assert!(h.s.sender().buffered() <= 65535);
+                for i in 0..5 {
+                    if let Some(c) = h.s.channel(ChannelId(i)) {
+                        prop_assert!(c.readable as u64 + c.recv_window <= u64::from(WINDOW));
+                    }
+                }
+                while let Some(m) = out.next_message().expect("we only emit valid JMUX") {
+                    if let Message::Data { payload, .. } = m {
+                        prop_assert!(payload.len() + DATA_OVERHEAD <= 65535);
+                    }
+                }
+            }
+        }
+
+        /// One channel, both directions, random window, random maximum
+        /// packet size and random sizes: everything arrives intact, no DATA
+        /// exceeds the receiver's maximum, and both ends close.
+        #[test]
+        fn two_sessions_transfer_with_random_limits(
+            window in prop_oneof![1u32..300, 300u32..100_000],
+            max_packet in 9u16..=u16::MAX,
+            a_len in 0usize..150_000,
+            b_len in 0usize..150_000,
+            chunk in 1usize..5000,
+        ) {
+            let mut w = Wire::new(Config {
+                initial_window: window,
+                max_packet_size: max_packet,
+                ..Config::default()
+            });
+            w.chunk = chunk;
+            // Keep tiny windows to a bounded number of round trips.
+            let (a_len, b_len) = (a_len.min(window as usize * 100), b_len.min(window as usize * 100));
+            let a_data = pattern(a_len, 1);
+            let b_data = pattern(b_len, 2);
+            let id = w.a.open(&Destination::tcp("t", 1), w.now).unwrap();
+            let (mut a_sent, mut b_sent) = (0, 0);
+            let (mut a_got, mut b_got) = (Vec::new(), Vec::new());
+            let (mut a_closed, mut b_closed) = (false, false);
+            let mut b_id = None;
+            let mut buf = vec![0; 7000];
+            for _ in 0..100_000 {
+                while let Some(ev) = w.b.poll_event() {
+                    match ev {
+                        Event::OpenRequest { id, .. } => { w.b.accept(id).unwrap(); b_id = Some(id); }
+                        Event::Closed { .. } => b_closed = true,
+                        _ => {}
+                    }
+                }
+                while let Some(ev) = w.a.poll_event() {
+                    if let Event::Closed { .. } = ev { a_closed = true }
+                }
+                if let Some(bid) = b_id.filter(|_| !b_closed) {
+                    while let Ok(n @ 1..) = w.b.recv(bid, &mut buf) {
+                        b_got.extend_from_slice(&buf[..n]);
+                    }
+                    if let Some(c) = w.b.channel(bid)
+                        && c.state == ChannelState::Open && !c.eof_sent && !c.close_sent {
+                            b_sent += w.b.send_data(bid, &b_data[b_sent..], w.now).unwrap();
+                            if b_sent == b_len { w.b.shutdown(bid).unwrap(); }
+                        }
+                }
+                if !a_closed {
+                    while let Ok(n @ 1..) = w.a.recv(id, &mut buf) {
+                        a_got.extend_from_slice(&buf[..n]);
+                    }
+                    if let Some(c) = w.a.channel(id)
+                        && c.state == ChannelState::Open && !c.eof_sent && !c.close_sent {
+                            a_sent += w.a.send_data(id, &a_data[a_sent..], w.now).unwrap();
+                            if a_sent == a_len { w.a.shutdown(id).unwrap(); }
+                        }
+                }
+                w.pump();
+                if a_closed && b_closed { break; }
+            }
+            prop_assert!(a_closed && b_closed, "both ends closed");
+            prop_assert!(b_got == a_data);
+            prop_assert!(a_got == b_data);
+            prop_assert_eq!(w.a.channel_count(), 0);
+            prop_assert_eq!(w.b.channel_count(), 0);
+        }
     }
 }
