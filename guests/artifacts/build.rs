@@ -5,7 +5,10 @@
 use std::path::PathBuf;
 use std::process::Command;
 
-const GUESTS: &[(&str, &str)] = &[("tether-guest-echo", "echo"), ("tether-guest-probe", "probe")];
+const GUESTS: &[(&str, &str)] = &[
+    ("tether-guest-echo", "echo"),
+    ("tether-guest-probe", "probe"),
+];
 
 fn main() {
     let manifest = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").unwrap());
@@ -19,12 +22,20 @@ fn main() {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let mut cmd = Command::new(cargo);
     cmd.current_dir(&root)
-        .args(["build", "--release", "--target", "wasm32-wasip2", "--target-dir"])
+        .args([
+            "build",
+            "--release",
+            "--target",
+            "wasm32-wasip2",
+            "--target-dir",
+        ])
         .arg(&target)
         .env_remove("CARGO_ENCODED_RUSTFLAGS")
         .env_remove("RUSTFLAGS")
         .env_remove("CARGO_MAKEFLAGS")
-        .env_remove("CARGO_TARGET_DIR");
+        .env_remove("CARGO_TARGET_DIR")
+        .env_remove("RUSTC_WRAPPER")
+        .env_remove("RUSTC_WORKSPACE_WRAPPER");
     for (package, _) in GUESTS {
         cmd.args(["-p", package]);
     }
@@ -46,7 +57,11 @@ fn main() {
              /// Path of the `{bin}` guest component.\npub const {konst}_PATH: &str = {path:?};\n"
         ));
     }
-    std::fs::write(PathBuf::from(std::env::var("OUT_DIR").unwrap()).join("guests.rs"), code).unwrap();
+    std::fs::write(
+        PathBuf::from(std::env::var("OUT_DIR").unwrap()).join("guests.rs"),
+        code,
+    )
+    .unwrap();
     for dir in ["guests", "wit", "protocols"] {
         println!("cargo:rerun-if-changed={}", root.join(dir).display());
     }

@@ -81,7 +81,10 @@ pub struct TlsOptions {
 
 impl Default for TlsOptions {
     fn default() -> Self {
-        TlsOptions { system_roots: true, extra_ca_files: Vec::new() }
+        TlsOptions {
+            system_roots: true,
+            extra_ca_files: Vec::new(),
+        }
     }
 }
 

@@ -24,17 +24,26 @@ impl EchoServer {
         std_listener.set_nonblocking(true)?;
         let addr = std_listener.local_addr()?;
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let thread = std::thread::Builder::new().name("echo-server".into()).spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
-            rt.block_on(async move {
-                let listener = TcpListener::from_std(std_listener).expect("listener");
-                tokio::select! {
-                    _ = serve(listener) => {}
-                    _ = stopped => {}
-                }
-            });
-        })?;
-        Ok(EchoServer { addr, stop: Some(stop), thread: Some(thread) })
+        let thread = std::thread::Builder::new()
+            .name("echo-server".into())
+            .spawn(move || {
+                let rt = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .expect("runtime");
+                rt.block_on(async move {
+                    let listener = TcpListener::from_std(std_listener).expect("listener");
+                    tokio::select! {
+                        _ = serve(listener) => {}
+                        _ = stopped => {}
+                    }
+                });
+            })?;
+        Ok(EchoServer {
+            addr,
+            stop: Some(stop),
+            thread: Some(thread),
+        })
     }
 
     /// The bound address.
@@ -61,11 +70,18 @@ impl Drop for EchoServer {
 
 async fn serve(listener: TcpListener) {
     loop {
-        let Ok((tcp, _)) = listener.accept().await else { continue };
+        let Ok((tcp, _)) = listener.accept().await else {
+            continue;
+        };
         let _ = tcp.set_nodelay(true);
         tokio::spawn(async move {
-            let config = WebSocketConfig::default().max_message_size(None).max_frame_size(None);
-            let Ok(mut ws) = tokio_tungstenite::accept_async_with_config(tcp, Some(config)).await else { return };
+            let config = WebSocketConfig::default()
+                .max_message_size(None)
+                .max_frame_size(None);
+            let Ok(mut ws) = tokio_tungstenite::accept_async_with_config(tcp, Some(config)).await
+            else {
+                return;
+            };
             // Echo everything already received, then flush once.
             while let Some(Ok(first)) = ws.next().await {
                 let mut next = Some(first);

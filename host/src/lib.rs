@@ -84,7 +84,8 @@ impl Stats {
 
     /// The most bytes ever queued in message-stream buffers at once.
     pub fn peak_buffered_bytes(&self) -> usize {
-        self.peak_buffered.load(std::sync::atomic::Ordering::Relaxed)
+        self.peak_buffered
+            .load(std::sync::atomic::Ordering::Relaxed)
     }
 
     pub(crate) fn add_buffered(&self, n: usize) {
@@ -94,7 +95,8 @@ impl Stats {
     }
 
     pub(crate) fn sub_buffered(&self, n: usize) {
-        self.buffered.fetch_sub(n, std::sync::atomic::Ordering::Relaxed);
+        self.buffered
+            .fetch_sub(n, std::sync::atomic::Ordering::Relaxed);
     }
 }
 
@@ -102,7 +104,11 @@ impl HostCtx {
     /// Builds the shared context. Errors: an unreadable or empty CA file.
     pub fn new(config: Config) -> anyhow::Result<Arc<HostCtx>> {
         let tls = tls::client_config(&config.tls)?;
-        Ok(Arc::new(HostCtx { config, tls, stats: Arc::default() }))
+        Ok(Arc::new(HostCtx {
+            config,
+            tls,
+            stats: Arc::default(),
+        }))
     }
 }
 

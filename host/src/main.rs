@@ -6,14 +6,18 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use clap::{Args, Parser, Subcommand};
-use tether_host::bench::{self, Workload};
+use tether_host::bench::echo::{self as bench, Workload};
 use tether_host::echo_server::EchoServer;
 use tether_host::policy::{Policy, Rule};
 use tether_host::runner::{EngineKind, GuestIo, Runner};
 use tether_host::{Config, Limits, TlsOptions};
 
 #[derive(Parser)]
-#[command(name = "tether", version, about = "A WebAssembly component host for message streams")]
+#[command(
+    name = "tether",
+    version,
+    about = "A WebAssembly component host for message streams"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -85,8 +89,15 @@ struct HostArgs {
 impl HostArgs {
     fn config(&self) -> Config {
         Config {
-            policy: Policy { allow: self.allow.clone(), deny: self.deny.clone(), listen: self.listen.clone() },
-            tls: TlsOptions { system_roots: !self.no_system_roots, extra_ca_files: self.ca_file.clone() },
+            policy: Policy {
+                allow: self.allow.clone(),
+                deny: self.deny.clone(),
+                listen: self.listen.clone(),
+            },
+            tls: TlsOptions {
+                system_roots: !self.no_system_roots,
+                extra_ca_files: self.ca_file.clone(),
+            },
             limits: Limits {
                 max_message_bytes: self.max_message_bytes,
                 inbound_buffer_bytes: self.inbound_buffer_bytes,
@@ -146,13 +157,19 @@ struct BenchEchoArgs {
 
 fn main() -> ExitCode {
     tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("TETHER_LOG").unwrap_or_else(|_| "warn".into()))
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("TETHER_LOG")
+                .unwrap_or_else(|_| "warn".into()),
+        )
         .with_writer(std::io::stderr)
         .init();
     let cli = Cli::parse();
     // One thread: a guest and its sockets' tasks wake each other without
     // crossing threads (~2 us instead of 5-30 us).
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("tokio runtime");
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
     match rt.block_on(run(cli)) {
         Ok(code) => code,
         Err(e) => {
@@ -165,37 +182,65 @@ fn main() -> ExitCode {
 async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Run(args) => {
-            let wasm = std::fs::read(&args.guest).with_context(|| format!("reading {}", args.guest.display()))?;
+            let wasm = std::fs::read(&args.guest)
+                .with_context(|| format!("reading {}", args.guest.display()))?;
             let runner = Runner::new(args.host.config(), args.host.engine()?)?;
-            let component = runner.compile(&wasm).with_context(|| format!("compiling {}", args.guest.display()))?;
-            let name = args.guest.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+            let component = runner
+                .compile(&wasm)
+                .with_context(|| format!("compiling {}", args.guest.display()))?;
+            let name = args
+                .guest
+                .file_stem()
+                .map(|s| s.to_string_lossy().into_owned())
+                .unwrap_or_default();
             let mut guest_args = vec![name];
             guest_args.extend(args.args);
             let outcome = runner.run(&component, &guest_args, GuestIo::Inherit).await;
             match outcome.result {
                 Ok(()) => Ok(ExitCode::SUCCESS),
-                Err(tether_host::runner::RunError::Exit(code)) => Ok(ExitCode::from(code.clamp(0, 255) as u8)),
+                Err(tether_host::runner::RunError::Exit(code)) => {
+                    Ok(ExitCode::from(code.clamp(0, 255) as u8))
+                }
                 Err(e) => bail!("{e}"),
             }
         }
         Command::Demo(args) => {
             let (server, url) = server_and_url(args.url)?;
-            println!("Tether demo: echo guest (WebAssembly, through the host) vs native tokio-tungstenite client");
-            println!("server: {url}{}", if server.is_some() { " (embedded tokio-tungstenite echo server)" } else { "" });
+            println!(
+                "Tether demo: echo guest (WebAssembly, through the host) vs native tokio-tungstenite client"
+            );
+            println!(
+                "server: {url}{}",
+                if server.is_some() {
+                    " (embedded tokio-tungstenite echo server)"
+                } else {
+                    ""
+                }
+            );
             let report = compare(&url, &Workload::demo(), 1).await?;
             println!("\n{}", report.table());
-            println!("guest/native round-trip ratio p50: {:.2}x (target: at most 1.3x)", report.ratio_p50);
+            println!(
+                "guest/native round-trip ratio p50: {:.2}x (target: at most 1.3x)",
+                report.ratio_p50
+            );
             drop(server);
             Ok(ExitCode::SUCCESS)
         }
         Command::Bench(BenchCommand::Echo(args)) => {
             let (server, url) = server_and_url(args.url)?;
-            let workload = if args.quick { Workload::quick() } else { Workload::bench() };
+            let workload = if args.quick {
+                Workload::quick()
+            } else {
+                Workload::bench()
+            };
             let report = compare(&url, &workload, args.rounds).await?;
             if args.json {
                 println!("{}", serde_json::to_string(&report)?);
             } else {
-                println!("tether bench echo: {url}, {} rounds, {} round trips each side\n", args.rounds, report.rtt_samples);
+                println!(
+                    "tether bench echo: {url}, {} rounds, {} round trips each side\n",
+                    args.rounds, report.rtt_samples
+                );
                 println!("{}", report.table());
             }
             drop(server);
@@ -222,7 +267,13 @@ async fn compare(url: &str, workload: &Workload, rounds: usize) -> anyhow::Resul
     } else {
         format!("{}:{}", target.host, target.port).parse()?
     };
-    let config = Config { policy: Policy { allow: vec![rule], ..Policy::default() }, ..Config::default() };
+    let config = Config {
+        policy: Policy {
+            allow: vec![rule],
+            ..Policy::default()
+        },
+        ..Config::default()
+    };
     let runner = Runner::new(config, EngineKind::Cranelift)?;
     let component = runner.compile(tether_guest_artifacts::ECHO)?;
     bench::compare(&runner, &component, url, workload, rounds).await

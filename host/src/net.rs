@@ -7,18 +7,23 @@ use std::net::SocketAddr;
 
 use tokio::net::{TcpListener, TcpStream};
 
+use crate::HostCtx;
 use crate::bindings::ErrorCode;
 use crate::policy::NameCheck;
-use crate::HostCtx;
 
 /// Splits `host:port` (IPv6 literals in brackets) into its parts.
 ///
 /// Errors: `invalid-url` naming what is missing.
 pub fn split_host_port(address: &str) -> Result<(String, u16), ErrorCode> {
     let bad = |why: &str| ErrorCode::InvalidUrl(format!("`{address}`: {why} (expected host:port)"));
-    let (host, port) = address.rsplit_once(':').ok_or_else(|| bad("missing port"))?;
+    let (host, port) = address
+        .rsplit_once(':')
+        .ok_or_else(|| bad("missing port"))?;
     let port: u16 = port.parse().map_err(|_| bad("bad port"))?;
-    let host = host.strip_prefix('[').and_then(|h| h.strip_suffix(']')).unwrap_or(host);
+    let host = host
+        .strip_prefix('[')
+        .and_then(|h| h.strip_suffix(']'))
+        .unwrap_or(host);
     if host.is_empty() {
         return Err(bad("missing host"));
     }
@@ -40,14 +45,22 @@ pub fn io_error(e: &io::Error) -> ErrorCode {
 /// Checks `host:port` against the policy before any DNS (the cheap,
 /// synchronous half of [`dial`], so a denied connect fails at once).
 pub fn precheck(ctx: &HostCtx, host: &str, port: u16) -> Result<NameCheck, ErrorCode> {
-    ctx.config.policy.check_name(host, port).map_err(ErrorCode::Denied)
+    ctx.config
+        .policy
+        .check_name(host, port)
+        .map_err(ErrorCode::Denied)
 }
 
 /// Resolves `host`, keeps the addresses the policy admits, and connects to
 /// the first that answers, within `limits.connect_timeout` overall.
 ///
 /// Errors: `denied`, `dns-failure`, `connection-refused`, `timeout`, `other`.
-pub async fn dial(ctx: &HostCtx, host: &str, port: u16, check: NameCheck) -> Result<TcpStream, ErrorCode> {
+pub async fn dial(
+    ctx: &HostCtx,
+    host: &str,
+    port: u16,
+    check: NameCheck,
+) -> Result<TcpStream, ErrorCode> {
     let deadline = ctx.config.limits.connect_timeout;
     let work = async {
         let addrs: Vec<SocketAddr> = match host.parse::<std::net::IpAddr>() {
@@ -60,7 +73,11 @@ pub async fn dial(ctx: &HostCtx, host: &str, port: u16, check: NameCheck) -> Res
         if addrs.is_empty() {
             return Err(ErrorCode::DnsFailure(format!("{host}: no addresses")));
         }
-        let addrs = ctx.config.policy.check_resolved(host, check, addrs).map_err(ErrorCode::Denied)?;
+        let addrs = ctx
+            .config
+            .policy
+            .check_resolved(host, check, addrs)
+            .map_err(ErrorCode::Denied)?;
         let mut last = None;
         for addr in addrs {
             match TcpStream::connect(addr).await {
@@ -73,11 +90,15 @@ pub async fn dial(ctx: &HostCtx, host: &str, port: u16, check: NameCheck) -> Res
         }
         let e = last.expect("at least one address was tried");
         Err(match io_error(&e) {
-            ErrorCode::ConnectionRefused(_) => ErrorCode::ConnectionRefused(format!("{host}:{port}: {e}")),
+            ErrorCode::ConnectionRefused(_) => {
+                ErrorCode::ConnectionRefused(format!("{host}:{port}: {e}"))
+            }
             other => other,
         })
     };
-    tokio::time::timeout(deadline, work).await.unwrap_or(Err(ErrorCode::Timeout))
+    tokio::time::timeout(deadline, work)
+        .await
+        .unwrap_or(Err(ErrorCode::Timeout))
 }
 
 /// Parses and policy-checks a bind address, then binds a listener.
@@ -85,17 +106,22 @@ pub async fn dial(ctx: &HostCtx, host: &str, port: u16, check: NameCheck) -> Res
 /// Errors: `invalid-url` (not `ip:port`), `denied` (no `--listen` rule),
 /// `other` (bind failed, e.g. address in use).
 pub fn bind(ctx: &HostCtx, address: &str) -> Result<TcpListener, ErrorCode> {
-    let addr: SocketAddr = address
-        .parse()
-        .map_err(|_| ErrorCode::InvalidUrl(format!("`{address}` is not an ip:port bind address")))?;
-    ctx.config.policy.check_listen(addr).map_err(ErrorCode::Denied)?;
+    let addr: SocketAddr = address.parse().map_err(|_| {
+        ErrorCode::InvalidUrl(format!("`{address}` is not an ip:port bind address"))
+    })?;
+    ctx.config
+        .policy
+        .check_listen(addr)
+        .map_err(ErrorCode::Denied)?;
     let socket = match addr {
         SocketAddr::V4(_) => tokio::net::TcpSocket::new_v4(),
         SocketAddr::V6(_) => tokio::net::TcpSocket::new_v6(),
     }
     .map_err(|e| io_error(&e))?;
     socket.set_reuseaddr(true).map_err(|e| io_error(&e))?;
-    socket.bind(addr).map_err(|e| ErrorCode::Other(format!("bind {addr}: {e}")))?;
+    socket
+        .bind(addr)
+        .map_err(|e| ErrorCode::Other(format!("bind {addr}: {e}")))?;
     socket.listen(1024).map_err(|e| io_error(&e))
 }
 
@@ -113,7 +139,10 @@ mod tests {
         assert_eq!(split_host_port("a.b:80").unwrap(), ("a.b".into(), 80));
         assert_eq!(split_host_port("[::1]:22").unwrap(), ("::1".into(), 22));
         for bad in ["nohost", ":80", "a:b", "a:99999", "[zz::]:1", "::1:22:x"] {
-            assert!(matches!(split_host_port(bad), Err(ErrorCode::InvalidUrl(_))), "{bad}");
+            assert!(
+                matches!(split_host_port(bad), Err(ErrorCode::InvalidUrl(_))),
+                "{bad}"
+            );
         }
     }
 }

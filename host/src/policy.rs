@@ -20,7 +20,9 @@ use std::str::FromStr;
 
 /// Why a rule could not be parsed.
 #[derive(Debug, thiserror::Error)]
-#[error("invalid rule `{rule}`: {reason} (expected HOST:PORT, e.g. `example.com:443`, `*.example.com:*`, `127.0.0.1:8000-8999`, `[::1]:*`, `10.0.0.0/8:*`)")]
+#[error(
+    "invalid rule `{rule}`: {reason} (expected HOST:PORT, e.g. `example.com:443`, `*.example.com:*`, `127.0.0.1:8000-8999`, `[::1]:*`, `10.0.0.0/8:*`)"
+)]
 pub struct RuleError {
     rule: String,
     reason: &'static str,
@@ -32,7 +34,10 @@ enum HostPattern {
     Exact(String),
     /// `*.suffix`: stores `.suffix`.
     Suffix(String),
-    Net { addr: IpAddr, prefix: u8 },
+    Net {
+        addr: IpAddr,
+        prefix: u8,
+    },
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -53,10 +58,18 @@ impl FromStr for Rule {
     type Err = RuleError;
 
     fn from_str(text: &str) -> Result<Rule, RuleError> {
-        let err = |reason| RuleError { rule: text.to_string(), reason };
-        let (host, port) = text.rsplit_once(':').ok_or_else(|| err("missing `:PORT`"))?;
+        let err = |reason| RuleError {
+            rule: text.to_string(),
+            reason,
+        };
+        let (host, port) = text
+            .rsplit_once(':')
+            .ok_or_else(|| err("missing `:PORT`"))?;
         let ports = if port == "*" {
-            PortRange { lo: 0, hi: u16::MAX }
+            PortRange {
+                lo: 0,
+                hi: u16::MAX,
+            }
         } else if let Some((lo, hi)) = port.split_once('-') {
             let lo = lo.parse().map_err(|_| err("bad port range"))?;
             let hi = hi.parse().map_err(|_| err("bad port range"))?;
@@ -69,10 +82,16 @@ impl FromStr for Rule {
             PortRange { lo: p, hi: p }
         };
         let (host, prefix) = match host.split_once('/') {
-            Some((h, p)) => (h, Some(p.parse::<u8>().map_err(|_| err("bad CIDR prefix"))?)),
+            Some((h, p)) => (
+                h,
+                Some(p.parse::<u8>().map_err(|_| err("bad CIDR prefix"))?),
+            ),
             None => (host, None),
         };
-        let bare = host.strip_prefix('[').and_then(|h| h.strip_suffix(']')).unwrap_or(host);
+        let bare = host
+            .strip_prefix('[')
+            .and_then(|h| h.strip_suffix(']'))
+            .unwrap_or(host);
         let host = if bare == "*" {
             HostPattern::Any
         } else if let Ok(addr) = bare.parse::<IpAddr>() {
@@ -94,7 +113,11 @@ impl FromStr for Rule {
         } else {
             HostPattern::Exact(bare.trim_end_matches('.').to_ascii_lowercase())
         };
-        Ok(Rule { host, ports, text: text.to_string() })
+        Ok(Rule {
+            host,
+            ports,
+            text: text.to_string(),
+        })
     }
 }
 
@@ -114,11 +137,19 @@ fn ip_in_net(ip: IpAddr, net: IpAddr, prefix: u8) -> bool {
     };
     match (ip, net) {
         (IpAddr::V4(a), IpAddr::V4(b)) => {
-            let mask = if prefix == 0 { 0 } else { u32::MAX << (32 - prefix) };
+            let mask = if prefix == 0 {
+                0
+            } else {
+                u32::MAX << (32 - prefix)
+            };
             (u32::from(a) & mask) == (u32::from(b) & mask)
         }
         (IpAddr::V6(a), IpAddr::V6(b)) => {
-            let mask = if prefix == 0 { 0 } else { u128::MAX << (128 - prefix) };
+            let mask = if prefix == 0 {
+                0
+            } else {
+                u128::MAX << (128 - prefix)
+            };
             (u128::from(a) & mask) == (u128::from(b) & mask)
         }
         _ => false,
@@ -135,7 +166,10 @@ impl Rule {
         if !self.port_ok(port) {
             return false;
         }
-        let bare = host.strip_prefix('[').and_then(|h| h.strip_suffix(']')).unwrap_or(host);
+        let bare = host
+            .strip_prefix('[')
+            .and_then(|h| h.strip_suffix(']'))
+            .unwrap_or(host);
         if let Ok(ip) = bare.parse::<IpAddr>() {
             return self.matches_addr(SocketAddr::new(ip, port));
         }
@@ -188,7 +222,11 @@ impl Policy {
     /// trusted guests and demos only.
     pub fn allow_all() -> Policy {
         let any: Rule = "*:*".parse().expect("valid rule");
-        Policy { allow: vec![any.clone()], deny: Vec::new(), listen: vec![any] }
+        Policy {
+            allow: vec![any.clone()],
+            deny: Vec::new(),
+            listen: vec![any],
+        }
     }
 
     /// Checks `host:port` before DNS.
@@ -202,7 +240,10 @@ impl Policy {
         if self.allow.iter().any(|r| r.matches_name(host, port)) {
             return Ok(NameCheck::Allowed);
         }
-        let is_ip = host.trim_matches(|c| c == '[' || c == ']').parse::<IpAddr>().is_ok();
+        let is_ip = host
+            .trim_matches(|c| c == '[' || c == ']')
+            .parse::<IpAddr>()
+            .is_ok();
         let address_rules = self
             .allow
             .iter()
@@ -210,7 +251,9 @@ impl Policy {
         if !is_ip && address_rules {
             return Ok(NameCheck::NeedsAddress);
         }
-        Err(format!("{host}:{port} is not allowed (no --allow rule matches)"))
+        Err(format!(
+            "{host}:{port} is not allowed (no --allow rule matches)"
+        ))
     }
 
     /// Keeps the resolved addresses of a name the guest may dial.
@@ -227,21 +270,32 @@ impl Policy {
         let kept: Vec<SocketAddr> = addrs
             .into_iter()
             .filter(|a| !self.deny.iter().any(|r| r.matches_addr(*a)))
-            .filter(|a| check == NameCheck::Allowed || self.allow.iter().any(|r| r.matches_addr(*a)))
+            .filter(|a| {
+                check == NameCheck::Allowed || self.allow.iter().any(|r| r.matches_addr(*a))
+            })
             .collect();
         if kept.is_empty() {
             let list: Vec<String> = all.iter().map(|a| a.to_string()).collect();
-            return Err(format!("{host} resolves only to addresses that are not allowed: {}", list.join(", ")));
+            return Err(format!(
+                "{host} resolves only to addresses that are not allowed: {}",
+                list.join(", ")
+            ));
         }
         Ok(kept)
     }
 
     /// Checks a bind address for a listener (`--listen` rules).
     pub fn check_listen(&self, addr: SocketAddr) -> Result<(), String> {
-        if self.listen.iter().any(|r| r.matches_addr(addr) || r.matches_name(&addr.ip().to_string(), addr.port())) {
+        if self
+            .listen
+            .iter()
+            .any(|r| r.matches_addr(addr) || r.matches_name(&addr.ip().to_string(), addr.port()))
+        {
             Ok(())
         } else {
-            Err(format!("listening on {addr} is not allowed (no --listen rule matches)"))
+            Err(format!(
+                "listening on {addr} is not allowed (no --listen rule matches)"
+            ))
         }
     }
 }
@@ -285,9 +339,26 @@ mod tests {
         assert!(p.check_name("10.0.0.1", 5).is_err());
         // A name is admitted only through its addresses.
         assert_eq!(p.check_name("localhost", 5), Ok(NameCheck::NeedsAddress));
-        let ok = p.check_resolved("localhost", NameCheck::NeedsAddress, vec!["127.0.0.1:5".parse().unwrap(), "10.1.1.1:5".parse().unwrap()]);
-        assert_eq!(ok.unwrap(), vec!["127.0.0.1:5".parse::<SocketAddr>().unwrap()]);
-        assert!(p.check_resolved("evil", NameCheck::NeedsAddress, vec!["10.1.1.1:5".parse().unwrap()]).is_err());
+        let ok = p.check_resolved(
+            "localhost",
+            NameCheck::NeedsAddress,
+            vec![
+                "127.0.0.1:5".parse().unwrap(),
+                "10.1.1.1:5".parse().unwrap(),
+            ],
+        );
+        assert_eq!(
+            ok.unwrap(),
+            vec!["127.0.0.1:5".parse::<SocketAddr>().unwrap()]
+        );
+        assert!(
+            p.check_resolved(
+                "evil",
+                NameCheck::NeedsAddress,
+                vec!["10.1.1.1:5".parse().unwrap()]
+            )
+            .is_err()
+        );
     }
 
     #[test]
@@ -296,14 +367,32 @@ mod tests {
         assert!(p.check_name("secret.example", 1).is_err());
         assert!(p.check_name("10.2.3.4", 1).is_err());
         let check = p.check_name("rebind.example", 443).unwrap();
-        assert!(p.check_resolved("rebind.example", check, vec!["10.9.9.9:443".parse().unwrap()]).is_err());
+        assert!(
+            p.check_resolved(
+                "rebind.example",
+                check,
+                vec!["10.9.9.9:443".parse().unwrap()]
+            )
+            .is_err()
+        );
         // IPv4-mapped IPv6 cannot sneak past an IPv4 deny rule.
-        assert!(p.check_resolved("m", check, vec!["[::ffff:10.0.0.1]:443".parse().unwrap()]).is_err());
+        assert!(
+            p.check_resolved("m", check, vec!["[::ffff:10.0.0.1]:443".parse().unwrap()])
+                .is_err()
+        );
     }
 
     #[test]
     fn bad_rules_are_rejected_with_a_reason() {
-        for bad in ["example.com", "x:99999", "x:9-1", "1.2.3.4/40:1", "name/8:1", "a*b:1", "*.:1"] {
+        for bad in [
+            "example.com",
+            "x:99999",
+            "x:9-1",
+            "1.2.3.4/40:1",
+            "name/8:1",
+            "a*b:1",
+            "*.:1",
+        ] {
             let e = bad.parse::<Rule>().unwrap_err().to_string();
             assert!(e.contains(bad), "{e}");
         }

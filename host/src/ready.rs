@@ -52,7 +52,9 @@ pub struct Pending<T> {
 impl<T: Send + 'static> Pending<T> {
     /// Runs `work` on the current tokio runtime.
     pub fn spawn(work: impl Future<Output = Result<T, ErrorCode>> + Send + 'static) -> Self {
-        Pending { state: State::Running(tokio::spawn(work)) }
+        Pending {
+            state: State::Running(tokio::spawn(work)),
+        }
     }
 
     /// `None` while running; then the result once, then `closed`.

@@ -5,7 +5,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use wasmtime::component::{Component, Linker, ResourceTable};
-use wasmtime::{CallHook, Config as EngineConfig, Engine, Store, StoreLimits, StoreLimitsBuilder, UpdateDeadline};
+use wasmtime::{
+    CallHook, Config as EngineConfig, Engine, Store, StoreLimits, StoreLimitsBuilder,
+    UpdateDeadline,
+};
 use wasmtime_wasi::p2::bindings::Command;
 use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
@@ -56,7 +59,9 @@ pub enum RunError {
     Exit(i32),
     /// The guest ran longer than `max_run_without_yield` without returning
     /// to the host and was stopped.
-    #[error("guest stopped: it ran for more than {0:?} without returning to the host (runaway loop?)")]
+    #[error(
+        "guest stopped: it ran for more than {0:?} without returning to the host (runaway loop?)"
+    )]
     Runaway(Duration),
     /// The guest tried to grow its memory past `max_memory_bytes`.
     #[error("guest stopped: memory limit of {0} bytes exceeded")]
@@ -102,13 +107,19 @@ pub struct GuestState {
 
 impl WasiView for GuestState {
     fn ctx(&mut self) -> WasiCtxView<'_> {
-        WasiCtxView { ctx: &mut self.wasi, table: &mut self.table }
+        WasiCtxView {
+            ctx: &mut self.wasi,
+            table: &mut self.table,
+        }
     }
 }
 
 impl TetherView for GuestState {
     fn tether(&mut self) -> TetherCtxView<'_> {
-        TetherCtxView { ctx: &mut self.tether, table: &mut self.table }
+        TetherCtxView {
+            ctx: &mut self.tether,
+            table: &mut self.table,
+        }
     }
 }
 
@@ -117,7 +128,11 @@ struct Runaway(Duration);
 
 impl std::fmt::Display for Runaway {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "guest ran for more than {:?} without returning to the host", self.0)
+        write!(
+            f,
+            "guest ran for more than {:?} without returning to the host",
+            self.0
+        )
     }
 }
 
@@ -166,14 +181,21 @@ impl Runner {
         crate::add_to_linker(&mut linker)?;
         let weak = engine.weak();
         let tick = config.limits.epoch_tick;
-        std::thread::Builder::new().name("tether-epoch".into()).spawn(move || {
-            while let Some(engine) = weak.upgrade() {
-                engine.increment_epoch();
-                drop(engine);
-                std::thread::sleep(tick);
-            }
-        })?;
-        Ok(Runner { engine, linker, host: HostCtx::new(config)?, kind })
+        std::thread::Builder::new()
+            .name("tether-epoch".into())
+            .spawn(move || {
+                while let Some(engine) = weak.upgrade() {
+                    engine.increment_epoch();
+                    drop(engine);
+                    std::thread::sleep(tick);
+                }
+            })?;
+        Ok(Runner {
+            engine,
+            linker,
+            host: HostCtx::new(config)?,
+            kind,
+        })
     }
 
     /// The engine kind this runner uses.
@@ -202,7 +224,12 @@ impl Runner {
         static CACHE: OnceLock<Mutex<HashMap<Key, Arc<Vec<u8>>>>> = OnceLock::new();
         let mut hasher = std::collections::hash_map::DefaultHasher::new();
         wasm.hash(&mut hasher);
-        let key = (hasher.finish(), wasm.len(), self.kind, self.host.config.limits.max_memory_bytes);
+        let key = (
+            hasher.finish(),
+            wasm.len(),
+            self.kind,
+            self.host.config.limits.max_memory_bytes,
+        );
         let cache = CACHE.get_or_init(Default::default);
         let hit = cache.lock().unwrap().get(&key).cloned();
         let bytes = match hit {
@@ -220,7 +247,12 @@ impl Runner {
 
     /// Runs `component` as a `wasi:cli/command` with `args` (`args[0]` is
     /// the program name) to completion on the current tokio runtime.
-    pub async fn run(&self, component: &Component, args: &[impl AsRef<str>], io: GuestIo) -> Outcome {
+    pub async fn run(
+        &self,
+        component: &Component,
+        args: &[impl AsRef<str>],
+        io: GuestIo,
+    ) -> Outcome {
         let started = Instant::now();
         let limits = &self.host.config.limits;
         let mut wasi = WasiCtx::builder();
@@ -288,13 +320,22 @@ impl Runner {
             Some((o, e)) => (o.contents().to_vec(), e.contents().to_vec()),
             None => (Vec::new(), Vec::new()),
         };
-        Outcome { result, stdout, stderr, elapsed: started.elapsed() }
+        Outcome {
+            result,
+            stdout,
+            stderr,
+            elapsed: started.elapsed(),
+        }
     }
 }
 
 fn classify_trap(e: wasmtime::Error, max_memory: usize) -> RunError {
     if let Some(exit) = e.downcast_ref::<wasmtime_wasi::I32Exit>() {
-        return if exit.0 == 0 { RunError::Exit(0) } else { RunError::Exit(exit.0) };
+        return if exit.0 == 0 {
+            RunError::Exit(0)
+        } else {
+            RunError::Exit(exit.0)
+        };
     }
     if let Some(r) = e.downcast_ref::<Runaway>() {
         return RunError::Runaway(r.0);

@@ -15,10 +15,13 @@ use bytes::Bytes;
 use tokio::net::TcpStream;
 use tokio::task::AbortHandle;
 use wasmtime::component::Resource;
-use wasmtime_wasi::p2::{DynInputStream, DynOutputStream, DynPollable, InputStream, OutputStream, Pollable, StreamError, StreamResult, subscribe};
+use wasmtime_wasi::p2::{
+    DynInputStream, DynOutputStream, DynPollable, InputStream, OutputStream, Pollable, StreamError,
+    StreamResult, subscribe,
+};
 
-use crate::bindings::tether::streams::tcp as wit;
 use crate::bindings::ErrorCode;
+use crate::bindings::tether::streams::tcp as wit;
 use crate::ready::{Pending, Signal};
 use crate::{HostCtx, TetherCtxView, net};
 
@@ -58,7 +61,9 @@ impl Writer {
 
     fn permit(&self, st: &WriteState) -> StreamResult<usize> {
         if let Some(e) = &st.error {
-            return Err(StreamError::LastOperationFailed(wasmtime::format_err!("{e}")));
+            return Err(StreamError::LastOperationFailed(wasmtime::format_err!(
+                "{e}"
+            )));
         }
         if st.shutdown_requested {
             return Err(StreamError::Closed);
@@ -99,7 +104,12 @@ async fn drain(writer: Arc<Writer>) {
                             st.flushing = false;
                         }
                     }
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock || e.kind() == io::ErrorKind::Interrupted => continue,
+                    Err(e)
+                        if e.kind() == io::ErrorKind::WouldBlock
+                            || e.kind() == io::ErrorKind::Interrupted =>
+                    {
+                        continue;
+                    }
                     Err(e) => {
                         st.error = Some(e.to_string());
                         st.queue.clear();
@@ -144,14 +154,18 @@ impl OutputStream for TcpOutput {
         let mut st = w.lock();
         let permit = w.permit(&st)?;
         if bytes.len() > permit {
-            return Err(StreamError::trap("write exceeds the permit from check-write"));
+            return Err(StreamError::trap(
+                "write exceeds the permit from check-write",
+            ));
         }
         let mut rest = bytes;
         if st.queued == 0 {
             // Fast path: straight to the socket, no task hop.
             match w.stream.try_write(&rest) {
                 Ok(n) => rest = rest.slice(n..),
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock || e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e)
+                    if e.kind() == io::ErrorKind::WouldBlock
+                        || e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) => {
                     st.error = Some(e.to_string());
                     return Err(StreamError::LastOperationFailed(e.into()));
@@ -188,7 +202,9 @@ impl OutputStream for TcpOutput {
 impl Pollable for TcpOutput {
     async fn ready(&mut self) {
         let w = &self.0;
-        w.progress.wait_until(|| !matches!(w.permit(&w.lock()), Ok(0))).await;
+        w.progress
+            .wait_until(|| !matches!(w.permit(&w.lock()), Ok(0)))
+            .await;
     }
 }
 
@@ -218,7 +234,12 @@ impl InputStream for TcpInput {
                 buf.truncate(n);
                 Ok(buf.into())
             }
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock || e.kind() == io::ErrorKind::Interrupted => Ok(Bytes::new()),
+            Err(e)
+                if e.kind() == io::ErrorKind::WouldBlock
+                    || e.kind() == io::ErrorKind::Interrupted =>
+            {
+                Ok(Bytes::new())
+            }
             Err(e) => {
                 self.closed = true;
                 Err(StreamError::LastOperationFailed(e.into()))
@@ -262,9 +283,21 @@ pub fn open(stream: TcpStream, ctx: &HostCtx) -> Result<Connection, ErrorCode> {
         progress: Signal::default(),
     });
     tokio::spawn(drain(writer.clone()));
-    let input: DynInputStream = Box::new(TcpInput { stream, chunk: limits.tcp_read_chunk_bytes.max(1), closed: false });
+    let input: DynInputStream = Box::new(TcpInput {
+        stream,
+        chunk: limits.tcp_read_chunk_bytes.max(1),
+        closed: false,
+    });
     let output: DynOutputStream = Box::new(TcpOutput(writer.clone()));
-    Ok((ByteStream { writer, peer, local }, input, output))
+    Ok((
+        ByteStream {
+            writer,
+            peer,
+            local,
+        },
+        input,
+        output,
+    ))
 }
 
 impl ByteStream {
@@ -325,7 +358,10 @@ impl Drop for ByteListener {
 
 async fn accept_loop(listener: tokio::net::TcpListener, shared: Arc<ListenerShared>) {
     loop {
-        shared.room.wait_until(|| shared.lock().ready.len() < shared.backlog).await;
+        shared
+            .room
+            .wait_until(|| shared.lock().ready.len() < shared.backlog)
+            .await;
         match listener.accept().await {
             Ok((tcp, peer)) => {
                 if let Err(e) = net::accepted(&tcp) {
@@ -355,7 +391,12 @@ impl ByteListener {
             room: Signal::default(),
         });
         let task = tokio::spawn(accept_loop(listener, shared.clone())).abort_handle();
-        Ok(ByteListener { ctx, shared, local, task })
+        Ok(ByteListener {
+            ctx,
+            shared,
+            local,
+            task,
+        })
     }
 }
 
@@ -365,18 +406,31 @@ struct AcceptReady(Arc<ListenerShared>);
 impl Pollable for AcceptReady {
     async fn ready(&mut self) {
         let shared = &self.0;
-        shared.accepted.wait_until(|| !shared.lock().ready.is_empty()).await;
+        shared
+            .accepted
+            .wait_until(|| !shared.lock().ready.is_empty())
+            .await;
     }
 }
 
-type WitConnection = (Resource<ByteStream>, Resource<DynInputStream>, Resource<DynOutputStream>);
+type WitConnection = (
+    Resource<ByteStream>,
+    Resource<DynInputStream>,
+    Resource<DynOutputStream>,
+);
 
-fn push_connection(table: &mut wasmtime::component::ResourceTable, (stream, input, output): Connection) -> wasmtime::Result<WitConnection> {
+fn push_connection(
+    table: &mut wasmtime::component::ResourceTable,
+    (stream, input, output): Connection,
+) -> wasmtime::Result<WitConnection> {
     Ok((table.push(stream)?, table.push(input)?, table.push(output)?))
 }
 
 impl wit::Host for TetherCtxView<'_> {
-    fn connect(&mut self, address: String) -> wasmtime::Result<Result<Resource<FutureByteStream>, ErrorCode>> {
+    fn connect(
+        &mut self,
+        address: String,
+    ) -> wasmtime::Result<Result<Resource<FutureByteStream>, ErrorCode>> {
         let (host, port) = match net::split_host_port(&address) {
             Ok(hp) => hp,
             Err(e) => return Ok(Err(e)),
@@ -393,7 +447,10 @@ impl wit::Host for TetherCtxView<'_> {
         Ok(Ok(self.table.push(pending)?))
     }
 
-    fn listen(&mut self, address: String) -> wasmtime::Result<Result<Resource<ByteListener>, ErrorCode>> {
+    fn listen(
+        &mut self,
+        address: String,
+    ) -> wasmtime::Result<Result<Resource<ByteListener>, ErrorCode>> {
         match ByteListener::bind(self.ctx.host.clone(), &address) {
             Ok(l) => Ok(Ok(self.table.push(l)?)),
             Err(e) => Ok(Err(e)),
@@ -402,7 +459,10 @@ impl wit::Host for TetherCtxView<'_> {
 }
 
 impl wit::HostByteStream for TetherCtxView<'_> {
-    fn shutdown_send(&mut self, this: Resource<ByteStream>) -> wasmtime::Result<Result<(), ErrorCode>> {
+    fn shutdown_send(
+        &mut self,
+        this: Resource<ByteStream>,
+    ) -> wasmtime::Result<Result<(), ErrorCode>> {
         Ok(self.table.get(&this)?.shutdown_send())
     }
 
@@ -421,11 +481,20 @@ impl wit::HostByteStream for TetherCtxView<'_> {
 }
 
 impl wit::HostFutureByteStream for TetherCtxView<'_> {
-    fn subscribe(&mut self, this: Resource<FutureByteStream>) -> wasmtime::Result<Resource<DynPollable>> {
-        subscribe(self.table, Resource::<FutureByteStream>::new_borrow(this.rep()))
+    fn subscribe(
+        &mut self,
+        this: Resource<FutureByteStream>,
+    ) -> wasmtime::Result<Resource<DynPollable>> {
+        subscribe(
+            self.table,
+            Resource::<FutureByteStream>::new_borrow(this.rep()),
+        )
     }
 
-    fn get(&mut self, this: Resource<FutureByteStream>) -> wasmtime::Result<Option<Result<WitConnection, ErrorCode>>> {
+    fn get(
+        &mut self,
+        this: Resource<FutureByteStream>,
+    ) -> wasmtime::Result<Option<Result<WitConnection, ErrorCode>>> {
         match self.table.get_mut(&this)?.take() {
             None => Ok(None),
             Some(Ok(conn)) => Ok(Some(Ok(push_connection(self.table, conn)?))),
@@ -444,7 +513,10 @@ impl wit::HostByteListener for TetherCtxView<'_> {
         Ok(self.table.get(&this)?.local.to_string())
     }
 
-    fn accept(&mut self, this: Resource<ByteListener>) -> wasmtime::Result<Result<Option<WitConnection>, ErrorCode>> {
+    fn accept(
+        &mut self,
+        this: Resource<ByteListener>,
+    ) -> wasmtime::Result<Result<Option<WitConnection>, ErrorCode>> {
         let listener = self.table.get(&this)?;
         let Some(tcp) = listener.shared.lock().ready.pop_front() else {
             return Ok(Ok(None));
@@ -457,7 +529,10 @@ impl wit::HostByteListener for TetherCtxView<'_> {
         }
     }
 
-    fn subscribe(&mut self, this: Resource<ByteListener>) -> wasmtime::Result<Resource<DynPollable>> {
+    fn subscribe(
+        &mut self,
+        this: Resource<ByteListener>,
+    ) -> wasmtime::Result<Resource<DynPollable>> {
         let shared = self.table.get(&this)?.shared.clone();
         let r = self.table.push(AcceptReady(shared))?;
         subscribe(self.table, r)

@@ -24,7 +24,8 @@ pub fn client_config(options: &TlsOptions) -> anyhow::Result<Arc<rustls::ClientC
         }
     }
     for path in &options.extra_ca_files {
-        let pem = std::fs::read(path).map_err(|e| anyhow::anyhow!("reading CA file {}: {e}", path.display()))?;
+        let pem = std::fs::read(path)
+            .map_err(|e| anyhow::anyhow!("reading CA file {}: {e}", path.display()))?;
         let certs: Vec<CertificateDer<'static>> = rustls_pemfile::certs(&mut pem.as_slice())
             .collect::<Result<_, _>>()
             .map_err(|e| anyhow::anyhow!("parsing CA file {}: {e}", path.display()))?;
@@ -32,7 +33,9 @@ pub fn client_config(options: &TlsOptions) -> anyhow::Result<Arc<rustls::ClientC
             anyhow::bail!("CA file {} holds no PEM certificate", path.display());
         }
         for cert in certs {
-            roots.add(cert).map_err(|e| anyhow::anyhow!("CA file {}: {e}", path.display()))?;
+            roots
+                .add(cert)
+                .map_err(|e| anyhow::anyhow!("CA file {}: {e}", path.display()))?;
         }
     }
     let provider = Arc::new(rustls::crypto::ring::default_provider());

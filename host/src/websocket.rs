@@ -20,15 +20,17 @@ use tokio::task::AbortHandle;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::tungstenite::handshake::server::{Request, Response};
 use tokio_tungstenite::tungstenite::http::{HeaderName, HeaderValue};
-use tokio_tungstenite::tungstenite::protocol::frame::CloseFrame;
 use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
+use tokio_tungstenite::tungstenite::protocol::frame::CloseFrame;
 use tokio_tungstenite::tungstenite::{self, Message as WsMessage};
 use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 use wasmtime::component::Resource;
 use wasmtime_wasi::p2::{DynPollable, Pollable, subscribe};
 
-use crate::bindings::tether::streams::websocket::{self as wit, CloseInfo, ConnectOptions, ListenOptions, Message};
 use crate::bindings::ErrorCode;
+use crate::bindings::tether::streams::websocket::{
+    self as wit, CloseInfo, ConnectOptions, ListenOptions, Message,
+};
 use crate::config::Limits;
 use crate::ready::{Pending, Signal};
 use crate::{HostCtx, TetherCtxView, net};
@@ -109,7 +111,8 @@ impl Shared {
 impl Drop for Shared {
     fn drop(&mut self) {
         let st = self.lock();
-        self.stats.sub_buffered(st.inbound_bytes + st.outbound_bytes);
+        self.stats
+            .sub_buffered(st.inbound_bytes + st.outbound_bytes);
     }
 }
 
@@ -159,7 +162,12 @@ impl MessageStream {
         let reader = tokio::spawn(read_loop(stream, shared.clone()));
         *shared.reader.lock().unwrap() = Some(reader.abort_handle());
         tokio::spawn(write_loop(sink, shared.clone()));
-        MessageStream { shared, subprotocol, peer, path }
+        MessageStream {
+            shared,
+            subprotocol,
+            peer,
+            path,
+        }
     }
 
     /// Queues a message; see the WIT `send` for the errors.
@@ -234,7 +242,10 @@ impl MessageStream {
             return;
         }
         st.close_queued = true;
-        st.outbound.push_back(WsMessage::Close(Some(CloseFrame { code: code.into(), reason: reason.to_string().into() })));
+        st.outbound.push_back(WsMessage::Close(Some(CloseFrame {
+            code: code.into(),
+            reason: reason.to_string().into(),
+        })));
         drop(st);
         self.shared.outbound_work.wake();
     }
@@ -266,7 +277,9 @@ fn classify(e: tungstenite::Error) -> ErrorCode {
     use tungstenite::error::ProtocolError as P;
     match e {
         E::ConnectionClosed | E::AlreadyClosed => ErrorCode::Closed,
-        E::Capacity(c) => ErrorCode::ProtocolError(format!("peer sent a message over the limit: {c}")),
+        E::Capacity(c) => {
+            ErrorCode::ProtocolError(format!("peer sent a message over the limit: {c}"))
+        }
         E::Protocol(P::ResetWithoutClosingHandshake) => {
             ErrorCode::ProtocolError("connection reset without closing handshake".into())
         }
@@ -276,7 +289,9 @@ fn classify(e: tungstenite::Error) -> ErrorCode {
             std::io::ErrorKind::ConnectionReset
             | std::io::ErrorKind::UnexpectedEof
             | std::io::ErrorKind::BrokenPipe
-            | std::io::ErrorKind::ConnectionAborted => ErrorCode::ProtocolError(format!("connection lost: {io}")),
+            | std::io::ErrorKind::ConnectionAborted => {
+                ErrorCode::ProtocolError(format!("connection lost: {io}"))
+            }
             _ => net::io_error(&io),
         },
         E::Tls(t) => ErrorCode::TlsFailure(t.to_string()),
@@ -291,7 +306,10 @@ where
     let end = loop {
         // Backpressure: while the inbound queue is full, do not read the
         // socket at all; the kernel buffers fill and TCP stalls the peer.
-        shared.inbound_room.wait_until(|| shared.lock().inbound_bytes < shared.inbound_limit).await;
+        shared
+            .inbound_room
+            .wait_until(|| shared.lock().inbound_bytes < shared.inbound_limit)
+            .await;
         let item = rx.next().await;
         let mut st = shared.lock();
         let message = match item {
@@ -299,8 +317,14 @@ where
             Some(Ok(WsMessage::Binary(b))) => Message::Binary(b.into()),
             Some(Ok(WsMessage::Close(frame))) => {
                 st.close_info = Some(match frame {
-                    Some(f) => CloseInfo { code: f.code.into(), reason: f.reason.as_str().to_owned() },
-                    None => CloseInfo { code: CLOSE_NO_STATUS, reason: String::new() },
+                    Some(f) => CloseInfo {
+                        code: f.code.into(),
+                        reason: f.reason.as_str().to_owned(),
+                    },
+                    None => CloseInfo {
+                        code: CLOSE_NO_STATUS,
+                        reason: String::new(),
+                    },
                 });
                 // tungstenite answers the close; keep reading until the
                 // connection ends.
@@ -308,7 +332,10 @@ where
             }
             Some(Ok(_)) => continue, // ping, pong: answered by tungstenite
             Some(Err(tungstenite::Error::Capacity(c))) => {
-                st.close_info = Some(CloseInfo { code: CLOSE_TOO_BIG, reason: "message too big".into() });
+                st.close_info = Some(CloseInfo {
+                    code: CLOSE_TOO_BIG,
+                    reason: "message too big".into(),
+                });
                 if !st.close_queued {
                     st.close_queued = true;
                     st.outbound.push_back(WsMessage::Close(Some(CloseFrame {
@@ -334,7 +361,10 @@ where
     };
     let mut st = shared.lock();
     if st.close_info.is_none() {
-        st.close_info = Some(CloseInfo { code: CLOSE_ABNORMAL, reason: String::new() });
+        st.close_info = Some(CloseInfo {
+            code: CLOSE_ABNORMAL,
+            reason: String::new(),
+        });
     }
     st.read_end = Some(end);
     drop(st);
@@ -388,14 +418,23 @@ where
         }
         if is_close {
             // Wait for the peer's close frame, then end the connection.
-            let done = tokio::time::timeout(shared.close_timeout, shared.readable.wait_until(|| shared.lock().read_end.is_some())).await;
+            let done = tokio::time::timeout(
+                shared.close_timeout,
+                shared
+                    .readable
+                    .wait_until(|| shared.lock().read_end.is_some()),
+            )
+            .await;
             if done.is_err() {
                 if let Some(reader) = shared.reader.lock().unwrap().take() {
                     reader.abort();
                 }
                 let mut st = shared.lock();
                 st.read_end.get_or_insert(ErrorCode::Closed);
-                st.close_info.get_or_insert(CloseInfo { code: CLOSE_ABNORMAL, reason: "peer did not answer the close frame".into() });
+                st.close_info.get_or_insert(CloseInfo {
+                    code: CLOSE_ABNORMAL,
+                    reason: "peer did not answer the close frame".into(),
+                });
                 drop(st);
                 shared.readable.wake();
                 shared.writable.wake();
@@ -445,7 +484,9 @@ pub fn parse_ws_url(text: &str) -> Result<WsTarget, ErrorCode> {
         "ws" => false,
         "wss" => true,
         other => {
-            return Err(ErrorCode::InvalidUrl(format!("`{text}`: scheme `{other}` is not ws or wss")));
+            return Err(ErrorCode::InvalidUrl(format!(
+                "`{text}`: scheme `{other}` is not ws or wss"
+            )));
         }
     };
     let host = match url.host() {
@@ -455,10 +496,19 @@ pub fn parse_ws_url(text: &str) -> Result<WsTarget, ErrorCode> {
         None => return Err(ErrorCode::InvalidUrl(format!("`{text}`: no host"))),
     };
     if url.fragment().is_some() {
-        return Err(ErrorCode::InvalidUrl(format!("`{text}`: a WebSocket URL has no fragment (RFC 6455 section 3)")));
+        return Err(ErrorCode::InvalidUrl(format!(
+            "`{text}`: a WebSocket URL has no fragment (RFC 6455 section 3)"
+        )));
     }
-    let port = url.port_or_known_default().unwrap_or(if tls { 443 } else { 80 });
-    Ok(WsTarget { url, host, port, tls })
+    let port = url
+        .port_or_known_default()
+        .unwrap_or(if tls { 443 } else { 80 });
+    Ok(WsTarget {
+        url,
+        host,
+        port,
+        tls,
+    })
 }
 
 fn handshake_error(e: tungstenite::Error) -> ErrorCode {
@@ -471,19 +521,26 @@ fn handshake_error(e: tungstenite::Error) -> ErrorCode {
                 .and_then(|l| l.to_str().ok())
                 .map(|l| format!(" (redirect to {l} not followed)"))
                 .unwrap_or_default();
-            ErrorCode::ProtocolError(format!("server answered HTTP {status} instead of 101 Switching Protocols{location}"))
+            ErrorCode::ProtocolError(format!(
+                "server answered HTTP {status} instead of 101 Switching Protocols{location}"
+            ))
         }
-        tungstenite::Error::Protocol(p) => ErrorCode::ProtocolError(format!("handshake failed: {p}")),
+        tungstenite::Error::Protocol(p) => {
+            ErrorCode::ProtocolError(format!("handshake failed: {p}"))
+        }
         other => classify(other),
     }
 }
 
 fn tls_error(e: std::io::Error) -> ErrorCode {
-    match e.get_ref().and_then(|inner| inner.downcast_ref::<rustls::Error>()) {
+    match e
+        .get_ref()
+        .and_then(|inner| inner.downcast_ref::<rustls::Error>())
+    {
         Some(tls) => ErrorCode::TlsFailure(tls.to_string()),
-        None if e.kind() == std::io::ErrorKind::UnexpectedEof => {
-            ErrorCode::TlsFailure(format!("peer closed the connection during the TLS handshake: {e}"))
-        }
+        None if e.kind() == std::io::ErrorKind::UnexpectedEof => ErrorCode::TlsFailure(format!(
+            "peer closed the connection during the TLS handshake: {e}"
+        )),
         None => ErrorCode::TlsFailure(e.to_string()),
     }
 }
@@ -491,7 +548,12 @@ fn tls_error(e: std::io::Error) -> ErrorCode {
 /// Dials `target` and completes the TLS and WebSocket handshakes.
 ///
 /// Errors: everything in `error-code` except `would-block`.
-pub async fn dial(ctx: Arc<HostCtx>, target: WsTarget, options: ConnectOptions, check: crate::policy::NameCheck) -> Result<MessageStream, ErrorCode> {
+pub async fn dial(
+    ctx: Arc<HostCtx>,
+    target: WsTarget,
+    options: ConnectOptions,
+    check: crate::policy::NameCheck,
+) -> Result<MessageStream, ErrorCode> {
     let tcp = net::dial(&ctx, &target.host, target.port, check).await?;
     let peer = tcp.peer_addr().map_err(|e| net::io_error(&e))?;
     let mut request = target
@@ -508,8 +570,11 @@ pub async fn dial(ctx: Arc<HostCtx>, target: WsTarget, options: ConnectOptions, 
     }
     if !options.subprotocols.is_empty() {
         let list = options.subprotocols.join(", ");
-        let value = HeaderValue::from_str(&list).map_err(|_| ErrorCode::InvalidArgument(format!("bad subprotocol list `{list}`")))?;
-        request.headers_mut().insert("sec-websocket-protocol", value);
+        let value = HeaderValue::from_str(&list)
+            .map_err(|_| ErrorCode::InvalidArgument(format!("bad subprotocol list `{list}`")))?;
+        request
+            .headers_mut()
+            .insert("sec-websocket-protocol", value);
     }
     let path = target.url[url::Position::BeforePath..url::Position::AfterQuery].to_string();
     let limits = &ctx.config.limits;
@@ -517,7 +582,10 @@ pub async fn dial(ctx: Arc<HostCtx>, target: WsTarget, options: ConnectOptions, 
         let stream = if target.tls {
             let name = rustls::pki_types::ServerName::try_from(target.host.clone())
                 .map_err(|e| ErrorCode::InvalidUrl(format!("{}: {e}", target.host)))?;
-            let tls = tokio_rustls::TlsConnector::from(ctx.tls.clone()).connect(name, tcp).await.map_err(tls_error)?;
+            let tls = tokio_rustls::TlsConnector::from(ctx.tls.clone())
+                .connect(name, tcp)
+                .await
+                .map_err(tls_error)?;
             MaybeTlsStream::Rustls(tls)
         } else {
             MaybeTlsStream::Plain(tcp)
@@ -526,7 +594,9 @@ pub async fn dial(ctx: Arc<HostCtx>, target: WsTarget, options: ConnectOptions, 
             .await
             .map_err(handshake_error)
     };
-    let (ws, response) = tokio::time::timeout(limits.handshake_timeout, handshake).await.map_err(|_| ErrorCode::Timeout)??;
+    let (ws, response) = tokio::time::timeout(limits.handshake_timeout, handshake)
+        .await
+        .map_err(|_| ErrorCode::Timeout)??;
     let subprotocol = response
         .headers()
         .get("sec-websocket-protocol")
@@ -579,7 +649,14 @@ fn select_subprotocol(request: &Request, supported: &[String]) -> Option<String>
     supported.iter().find(|s| offered.contains(s)).cloned()
 }
 
-async fn accept_one(ctx: Arc<HostCtx>, tcp: TcpStream, peer: SocketAddr, supported: Arc<Vec<String>>, shared: Arc<ListenerShared>) {
+#[allow(clippy::result_large_err)] // the callback signature is tungstenite's
+async fn accept_one(
+    ctx: Arc<HostCtx>,
+    tcp: TcpStream,
+    peer: SocketAddr,
+    supported: Arc<Vec<String>>,
+    shared: Arc<ListenerShared>,
+) {
     let limits = &ctx.config.limits;
     let chosen = Arc::new(Mutex::new((String::new(), None::<String>)));
     let out = chosen.clone();
@@ -593,14 +670,16 @@ async fn accept_one(ctx: Arc<HostCtx>, tcp: TcpStream, peer: SocketAddr, support
         *out.lock().unwrap() = (request.uri().to_string(), protocol);
         Ok(response)
     };
-    let handshake = tokio_tungstenite::accept_hdr_async_with_config(tcp, callback, Some(ws_config(limits)));
+    let handshake =
+        tokio_tungstenite::accept_hdr_async_with_config(tcp, callback, Some(ws_config(limits)));
     let result = tokio::time::timeout(limits.handshake_timeout, handshake).await;
     let mut st = shared.lock();
     st.in_handshake -= 1;
     match result {
         Ok(Ok(ws)) => {
             let (path, protocol) = chosen.lock().unwrap().clone();
-            st.ready.push_back(MessageStream::start(ws, &ctx, protocol, peer, path));
+            st.ready
+                .push_back(MessageStream::start(ws, &ctx, protocol, peer, path));
             drop(st);
             shared.accepted.wake();
         }
@@ -617,7 +696,12 @@ async fn accept_one(ctx: Arc<HostCtx>, tcp: TcpStream, peer: SocketAddr, support
     }
 }
 
-async fn accept_loop(ctx: Arc<HostCtx>, listener: tokio::net::TcpListener, supported: Arc<Vec<String>>, shared: Arc<ListenerShared>) {
+async fn accept_loop(
+    ctx: Arc<HostCtx>,
+    listener: tokio::net::TcpListener,
+    supported: Arc<Vec<String>>,
+    shared: Arc<ListenerShared>,
+) {
     loop {
         shared
             .room
@@ -640,13 +724,23 @@ async fn accept_loop(ctx: Arc<HostCtx>, listener: tokio::net::TcpListener, suppo
             continue;
         }
         shared.lock().in_handshake += 1;
-        tokio::spawn(accept_one(ctx.clone(), tcp, peer, supported.clone(), shared.clone()));
+        tokio::spawn(accept_one(
+            ctx.clone(),
+            tcp,
+            peer,
+            supported.clone(),
+            shared.clone(),
+        ));
     }
 }
 
 impl Listener {
     /// Binds and starts accepting. Errors: see the WIT `listen`.
-    pub fn bind(ctx: Arc<HostCtx>, address: &str, options: ListenOptions) -> Result<Listener, ErrorCode> {
+    pub fn bind(
+        ctx: Arc<HostCtx>,
+        address: &str,
+        options: ListenOptions,
+    ) -> Result<Listener, ErrorCode> {
         let listener = net::bind(&ctx, address)?;
         let local = listener.local_addr().map_err(|e| net::io_error(&e))?;
         let shared = Arc::new(ListenerShared {
@@ -655,8 +749,18 @@ impl Listener {
             accepted: Signal::default(),
             room: Signal::default(),
         });
-        let task = tokio::spawn(accept_loop(ctx, listener, Arc::new(options.subprotocols), shared.clone())).abort_handle();
-        Ok(Listener { shared, local, task })
+        let task = tokio::spawn(accept_loop(
+            ctx,
+            listener,
+            Arc::new(options.subprotocols),
+            shared.clone(),
+        ))
+        .abort_handle();
+        Ok(Listener {
+            shared,
+            local,
+            task,
+        })
     }
 
     /// The bound address.
@@ -680,20 +784,30 @@ struct AcceptReady(Arc<ListenerShared>);
 impl Pollable for AcceptReady {
     async fn ready(&mut self) {
         let shared = &self.0;
-        shared.accepted.wait_until(|| !shared.lock().ready.is_empty()).await;
+        shared
+            .accepted
+            .wait_until(|| !shared.lock().ready.is_empty())
+            .await;
     }
 }
 
 /// The `future-message-stream` resource.
 pub type FutureMessageStream = Pending<MessageStream>;
 
-fn pollable<T: Pollable>(table: &mut wasmtime::component::ResourceTable, p: T) -> wasmtime::Result<Resource<DynPollable>> {
+fn pollable<T: Pollable>(
+    table: &mut wasmtime::component::ResourceTable,
+    p: T,
+) -> wasmtime::Result<Resource<DynPollable>> {
     let r = table.push(p)?;
     subscribe(table, r)
 }
 
 impl wit::Host for TetherCtxView<'_> {
-    fn connect(&mut self, url: String, options: ConnectOptions) -> wasmtime::Result<Result<Resource<FutureMessageStream>, ErrorCode>> {
+    fn connect(
+        &mut self,
+        url: String,
+        options: ConnectOptions,
+    ) -> wasmtime::Result<Result<Resource<FutureMessageStream>, ErrorCode>> {
         let target = match parse_ws_url(&url) {
             Ok(t) => t,
             Err(e) => return Ok(Err(e)),
@@ -706,7 +820,11 @@ impl wit::Host for TetherCtxView<'_> {
         Ok(Ok(self.table.push(pending)?))
     }
 
-    fn listen(&mut self, address: String, options: ListenOptions) -> wasmtime::Result<Result<Resource<Listener>, ErrorCode>> {
+    fn listen(
+        &mut self,
+        address: String,
+        options: ListenOptions,
+    ) -> wasmtime::Result<Result<Resource<Listener>, ErrorCode>> {
         match Listener::bind(self.ctx.host.clone(), &address, options) {
             Ok(l) => Ok(Ok(self.table.push(l)?)),
             Err(e) => Ok(Err(e)),
@@ -715,25 +833,43 @@ impl wit::Host for TetherCtxView<'_> {
 }
 
 impl wit::HostMessageStream for TetherCtxView<'_> {
-    fn send(&mut self, this: Resource<MessageStream>, message: Message) -> wasmtime::Result<Result<(), ErrorCode>> {
+    fn send(
+        &mut self,
+        this: Resource<MessageStream>,
+        message: Message,
+    ) -> wasmtime::Result<Result<(), ErrorCode>> {
         Ok(self.table.get(&this)?.send(message))
     }
 
-    fn receive(&mut self, this: Resource<MessageStream>) -> wasmtime::Result<Result<Option<Message>, ErrorCode>> {
+    fn receive(
+        &mut self,
+        this: Resource<MessageStream>,
+    ) -> wasmtime::Result<Result<Option<Message>, ErrorCode>> {
         Ok(self.table.get(&this)?.receive())
     }
 
-    fn subscribe_receive(&mut self, this: Resource<MessageStream>) -> wasmtime::Result<Resource<DynPollable>> {
+    fn subscribe_receive(
+        &mut self,
+        this: Resource<MessageStream>,
+    ) -> wasmtime::Result<Resource<DynPollable>> {
         let shared = self.table.get(&this)?.shared.clone();
         pollable(self.table, ReceiveReady(shared))
     }
 
-    fn subscribe_send(&mut self, this: Resource<MessageStream>) -> wasmtime::Result<Resource<DynPollable>> {
+    fn subscribe_send(
+        &mut self,
+        this: Resource<MessageStream>,
+    ) -> wasmtime::Result<Resource<DynPollable>> {
         let shared = self.table.get(&this)?.shared.clone();
         pollable(self.table, SendReady(shared))
     }
 
-    fn close(&mut self, this: Resource<MessageStream>, code: u16, reason: String) -> wasmtime::Result<Result<(), ErrorCode>> {
+    fn close(
+        &mut self,
+        this: Resource<MessageStream>,
+        code: u16,
+        reason: String,
+    ) -> wasmtime::Result<Result<(), ErrorCode>> {
         Ok(self.table.get(&this)?.close(code, &reason))
     }
 
@@ -760,11 +896,20 @@ impl wit::HostMessageStream for TetherCtxView<'_> {
 }
 
 impl wit::HostFutureMessageStream for TetherCtxView<'_> {
-    fn subscribe(&mut self, this: Resource<FutureMessageStream>) -> wasmtime::Result<Resource<DynPollable>> {
-        subscribe(self.table, Resource::<FutureMessageStream>::new_borrow(this.rep()))
+    fn subscribe(
+        &mut self,
+        this: Resource<FutureMessageStream>,
+    ) -> wasmtime::Result<Resource<DynPollable>> {
+        subscribe(
+            self.table,
+            Resource::<FutureMessageStream>::new_borrow(this.rep()),
+        )
     }
 
-    fn get(&mut self, this: Resource<FutureMessageStream>) -> wasmtime::Result<Option<Result<Resource<MessageStream>, ErrorCode>>> {
+    fn get(
+        &mut self,
+        this: Resource<FutureMessageStream>,
+    ) -> wasmtime::Result<Option<Result<Resource<MessageStream>, ErrorCode>>> {
         match self.table.get_mut(&this)?.take() {
             None => Ok(None),
             Some(Ok(stream)) => Ok(Some(Ok(self.table.push(stream)?))),
@@ -783,7 +928,10 @@ impl wit::HostListener for TetherCtxView<'_> {
         Ok(self.table.get(&this)?.local.to_string())
     }
 
-    fn accept(&mut self, this: Resource<Listener>) -> wasmtime::Result<Result<Option<Resource<MessageStream>>, ErrorCode>> {
+    fn accept(
+        &mut self,
+        this: Resource<Listener>,
+    ) -> wasmtime::Result<Result<Option<Resource<MessageStream>>, ErrorCode>> {
         match self.table.get(&this)?.accept() {
             Some(stream) => Ok(Ok(Some(self.table.push(stream)?))),
             None => Ok(Ok(None)),

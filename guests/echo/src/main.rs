@@ -19,16 +19,23 @@ use std::collections::VecDeque;
 use std::process::ExitCode;
 use std::time::Instant;
 
-use tether_guest_sdk::{self as sdk, ErrorCode, ListenOptions, Message, MessageStream, Pollable, websocket};
+use tether_guest_sdk::{
+    self as sdk, ErrorCode, ListenOptions, Message, MessageStream, Pollable, websocket,
+};
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().collect();
     let result = match args.get(1).map(String::as_str) {
         Some("client") if args.len() >= 3 => client(&args[2], &args[3..]),
-        Some("server") if args.len() >= 3 => server(&args[2], args.get(3).and_then(|n| n.parse().ok()).unwrap_or(0)),
+        Some("server") if args.len() >= 3 => server(
+            &args[2],
+            args.get(3).and_then(|n| n.parse().ok()).unwrap_or(0),
+        ),
         Some("ping") if args.len() >= 4 => ping(&args[2], &args[3..]),
         _ => {
-            eprintln!("usage: echo client URL [SUBPROTOCOL...] | echo server ADDR [MAX_CONNECTIONS] | echo ping URL PHASE...");
+            eprintln!(
+                "usage: echo client URL [SUBPROTOCOL...] | echo server ADDR [MAX_CONNECTIONS] | echo ping URL PHASE..."
+            );
             return ExitCode::from(2);
         }
     };
@@ -45,7 +52,10 @@ fn main() -> ExitCode {
 fn client(url: &str, subprotocols: &[String]) -> Result<(), ErrorCode> {
     let protocols: Vec<&str> = subprotocols.iter().map(String::as_str).collect();
     let stream = sdk::connect(url, &protocols)?;
-    println!("connected protocol={}", stream.subprotocol().unwrap_or_default());
+    println!(
+        "connected protocol={}",
+        stream.subprotocol().unwrap_or_default()
+    );
     let rx = stream.subscribe_receive();
     let tx = stream.subscribe_send();
     let (mut count, mut bytes) = (0u64, 0u64);
@@ -86,7 +96,12 @@ struct Conn {
 }
 
 fn server(addr: &str, max_connections: u64) -> Result<(), ErrorCode> {
-    let listener = websocket::listen(addr, &ListenOptions { subprotocols: Vec::new() })?;
+    let listener = websocket::listen(
+        addr,
+        &ListenOptions {
+            subprotocols: Vec::new(),
+        },
+    )?;
     eprintln!("echo: listening on {}", listener.local_address());
     let accept_ready = listener.subscribe();
     let mut conns: Vec<Conn> = Vec::new();
@@ -99,7 +114,12 @@ fn server(addr: &str, max_connections: u64) -> Result<(), ErrorCode> {
         sdk::poll(&list);
         while let Some(stream) = listener.accept()? {
             let (rx, tx) = (stream.subscribe_receive(), stream.subscribe_send());
-            conns.push(Conn { stream, rx, tx, pending: VecDeque::new() });
+            conns.push(Conn {
+                stream,
+                rx,
+                tx,
+                pending: VecDeque::new(),
+            });
         }
         conns.retain_mut(|c| {
             let alive = pump(c);
@@ -184,18 +204,29 @@ fn ping(url: &str, phases: &[String]) -> Result<(), ErrorCode> {
                     let mut progressed = false;
                     while let Some(m) = stream.receive()? {
                         if len(&m) != size {
-                            return Err(ErrorCode::ProtocolError(format!("echo of {} bytes, sent {size}", len(&m))));
+                            return Err(ErrorCode::ProtocolError(format!(
+                                "echo of {} bytes, sent {size}",
+                                len(&m)
+                            )));
                         }
                         received += 1;
                         progressed = true;
                     }
                     if !progressed && received < n {
-                        if blocked { sdk::poll(&[&rx, &tx]) } else { sdk::poll(&[&rx]) };
+                        if blocked {
+                            sdk::poll(&[&rx, &tx])
+                        } else {
+                            sdk::poll(&[&rx])
+                        };
                     }
                 }
                 println!("pipeline {n} {size} {}", t0.elapsed().as_nanos());
             }
-            other => return Err(ErrorCode::InvalidArgument(format!("unknown phase `{other}`"))),
+            other => {
+                return Err(ErrorCode::InvalidArgument(format!(
+                    "unknown phase `{other}`"
+                )));
+            }
         }
     }
     stream.close(1000, "done")?;

@@ -32,9 +32,16 @@ fn main() -> ExitCode {
         "close-rules" => close_rules(arg(2)),
         "tcp-echo" => tcp_echo(arg(2)),
         "tcp-serve" => tcp_serve(arg(2)),
-        "tcp-connect" => sdk::tcp_connect(arg(2)).map(|c| println!("ok connected {}", c.stream.peer_address())),
-        "listen" => websocket::listen(arg(2), &ListenOptions { subprotocols: vec![] })
-            .map(|l| println!("ok listening {}", l.local_address())),
+        "tcp-connect" => {
+            sdk::tcp_connect(arg(2)).map(|c| println!("ok connected {}", c.stream.peer_address()))
+        }
+        "listen" => websocket::listen(
+            arg(2),
+            &ListenOptions {
+                subprotocols: vec![],
+            },
+        )
+        .map(|l| println!("ok listening {}", l.local_address())),
         "spin" => spin(),
         "alloc" => alloc(num(2)),
         other => {
@@ -54,7 +61,11 @@ fn main() -> ExitCode {
 fn connect(url: &str, protocols: &[String]) -> Result<(), ErrorCode> {
     let protocols: Vec<&str> = protocols.iter().map(String::as_str).collect();
     let stream = sdk::connect(url, &protocols)?;
-    println!("ok connected protocol={} path={}", stream.subprotocol().unwrap_or_default(), stream.path());
+    println!(
+        "ok connected protocol={} path={}",
+        stream.subprotocol().unwrap_or_default(),
+        stream.path()
+    );
     stream.close(1000, "bye")?;
     let rx = stream.subscribe_receive();
     while sdk::receive_blocking(&stream, &rx)?.is_some() {}
@@ -125,7 +136,13 @@ fn send_big(url: &str, size: usize) -> Result<(), ErrorCode> {
 
 fn close_rules(url: &str) -> Result<(), ErrorCode> {
     let stream = sdk::connect(url, &[])?;
-    for (code, reason_len) in [(999u16, 0usize), (1001, 0), (2999, 0), (5000, 0), (1000, 124)] {
+    for (code, reason_len) in [
+        (999u16, 0usize),
+        (1001, 0),
+        (2999, 0),
+        (5000, 0),
+        (1000, 124),
+    ] {
         match stream.close(code, &"r".repeat(reason_len)) {
             Err(ErrorCode::InvalidArgument(_)) => println!("ok rejected {code} {reason_len}"),
             other => println!("error accepted {code} {reason_len} {other:?}"),
@@ -156,7 +173,8 @@ fn echo_bytes(conn: &sdk::Connection) -> Result<u64, ErrorCode> {
             Ok(bytes) if bytes.is_empty() => ready.block(),
             Ok(bytes) => {
                 total += bytes.len() as u64;
-                sdk::write_all(&conn.output, &bytes).map_err(|e| ErrorCode::Other(format!("write: {e:?}")))?;
+                sdk::write_all(&conn.output, &bytes)
+                    .map_err(|e| ErrorCode::Other(format!("write: {e:?}")))?;
             }
             Err(StreamError::Closed) => break,
             Err(e) => return Err(ErrorCode::Other(format!("read: {e:?}"))),
@@ -182,7 +200,11 @@ fn tcp_serve(address: &str) -> Result<(), ErrorCode> {
             None => ready.block(),
         }
     };
-    let conn = sdk::Connection { stream, input, output };
+    let conn = sdk::Connection {
+        stream,
+        input,
+        output,
+    };
     let total = echo_bytes(&conn)?;
     println!("ok served {total}");
     Ok(())

@@ -12,7 +12,9 @@ wit_bindgen::generate!({
 
 pub use tether::streams::tcp;
 pub use tether::streams::types::ErrorCode;
-pub use tether::streams::websocket::{self, CloseInfo, ConnectOptions, ListenOptions, Message, MessageStream};
+pub use tether::streams::websocket::{
+    self, CloseInfo, ConnectOptions, ListenOptions, Message, MessageStream,
+};
 pub use wasi::io::poll::{Pollable, poll};
 pub use wasi::io::streams::{InputStream, OutputStream, StreamError};
 
@@ -23,12 +25,12 @@ pub fn describe(e: &ErrorCode) -> String {
         ErrorCode::Denied(s) => format!("denied: {s}"),
         ErrorCode::DnsFailure(s) => format!("DNS failure: {s}"),
         ErrorCode::ConnectionRefused(s) => format!("connection refused: {s}"),
-        ErrorCode::Timeout => format!("timed out"),
+        ErrorCode::Timeout => "timed out".into(),
         ErrorCode::TlsFailure(s) => format!("TLS failure: {s}"),
         ErrorCode::ProtocolError(s) => format!("protocol error: {s}"),
-        ErrorCode::Closed => format!("closed"),
+        ErrorCode::Closed => "closed".into(),
         ErrorCode::MessageTooLarge(n) => format!("message too large (limit {n} bytes)"),
-        ErrorCode::WouldBlock => format!("would block"),
+        ErrorCode::WouldBlock => "would block".into(),
         ErrorCode::InvalidArgument(s) => format!("invalid argument: {s}"),
         ErrorCode::Other(s) => s.clone(),
     }
@@ -72,7 +74,11 @@ pub fn connect(url: &str, subprotocols: &[&str]) -> Result<MessageStream, ErrorC
 
 /// Sends `message`, blocking the guest while the host's outbound buffer is
 /// full (backpressure). `ready` is the stream's `subscribe-send` pollable.
-pub fn send_blocking(stream: &MessageStream, ready: &Pollable, message: &Message) -> Result<(), ErrorCode> {
+pub fn send_blocking(
+    stream: &MessageStream,
+    ready: &Pollable,
+    message: &Message,
+) -> Result<(), ErrorCode> {
     loop {
         match stream.send(message) {
             Err(ErrorCode::WouldBlock) => ready.block(),
@@ -84,7 +90,10 @@ pub fn send_blocking(stream: &MessageStream, ready: &Pollable, message: &Message
 /// Receives the next message, blocking the guest until one arrives.
 /// `ready` is the stream's `subscribe-receive` pollable. `Ok(None)` once
 /// the stream has closed normally.
-pub fn receive_blocking(stream: &MessageStream, ready: &Pollable) -> Result<Option<Message>, ErrorCode> {
+pub fn receive_blocking(
+    stream: &MessageStream,
+    ready: &Pollable,
+) -> Result<Option<Message>, ErrorCode> {
     loop {
         match stream.receive() {
             Ok(Some(m)) => return Ok(Some(m)),
@@ -112,7 +121,11 @@ pub fn tcp_connect(address: &str) -> Result<Connection, ErrorCode> {
     loop {
         if let Some(result) = future.get() {
             let (stream, input, output) = result?;
-            return Ok(Connection { stream, input, output });
+            return Ok(Connection {
+                stream,
+                input,
+                output,
+            });
         }
         ready.block();
     }

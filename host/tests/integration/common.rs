@@ -19,7 +19,13 @@ use tokio_tungstenite::WebSocketStream;
 /// way a remote server would be.
 pub fn peer_runtime() -> &'static tokio::runtime::Runtime {
     static RT: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
-    RT.get_or_init(|| tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap())
+    RT.get_or_init(|| {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap()
+    })
 }
 
 /// Host configuration that allows 127.0.0.1, localhost and ::1 on any port,
@@ -50,12 +56,19 @@ pub fn probe<'a>(runner: &'a Runner, args: &[&str]) -> impl Future<Output = Outc
     run_guest(runner, tether_guest_artifacts::PROBE, "probe", args)
 }
 
-fn run_guest<'a>(runner: &'a Runner, wasm: &'static [u8], name: &str, args: &[&str]) -> impl Future<Output = Outcome> + 'a {
+fn run_guest<'a>(
+    runner: &'a Runner,
+    wasm: &'static [u8],
+    name: &str,
+    args: &[&str],
+) -> impl Future<Output = Outcome> + 'a {
     let mut all = vec![name.to_string()];
     all.extend(args.iter().map(|a| a.to_string()));
     async move {
         let component = runner.compile_cached(wasm).expect("compile guest");
-        runner.run(&component, &all, GuestIo::Capture(64 << 20)).await
+        runner
+            .run(&component, &all, GuestIo::Capture(64 << 20))
+            .await
     }
 }
 
@@ -67,7 +80,12 @@ pub fn echo<'a>(runner: &'a Runner, args: &[&str]) -> impl Future<Output = Outco
 /// Stdout of a run, with stderr and the result appended for assertion
 /// messages.
 pub fn show(o: &Outcome) -> String {
-    format!("stdout:\n{}\nstderr:\n{}\nresult: {:?}", o.stdout_text(), String::from_utf8_lossy(&o.stderr), o.result)
+    format!(
+        "stdout:\n{}\nstderr:\n{}\nresult: {:?}",
+        o.stdout_text(),
+        String::from_utf8_lossy(&o.stderr),
+        o.result
+    )
 }
 
 /// Spawns a TCP server on the peer runtime; `handler` gets each accepted
@@ -84,7 +102,9 @@ where
     peer_runtime().spawn(async move {
         let listener = TcpListener::from_std(std).unwrap();
         loop {
-            let Ok((tcp, _)) = listener.accept().await else { return };
+            let Ok((tcp, _)) = listener.accept().await else {
+                return;
+            };
             tcp.set_nodelay(true).unwrap();
             tokio::spawn(handler(tcp));
         }
@@ -102,7 +122,9 @@ where
     tcp_server(move |tcp| {
         let handler = handler.clone();
         async move {
-            let config = tokio_tungstenite::tungstenite::protocol::WebSocketConfig::default().max_message_size(None).max_frame_size(None);
+            let config = tokio_tungstenite::tungstenite::protocol::WebSocketConfig::default()
+                .max_message_size(None)
+                .max_frame_size(None);
             if let Ok(ws) = tokio_tungstenite::accept_async_with_config(tcp, Some(config)).await {
                 handler(ws).await;
             }
@@ -112,7 +134,8 @@ where
 
 /// A directory for this test run's files (CA files, ...).
 pub fn scratch_dir(name: &str) -> PathBuf {
-    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("{name}-{}", std::process::id()));
+    let dir =
+        PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("{name}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     dir
 }
@@ -130,24 +153,36 @@ impl TestCa {
         use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair, KeyUsagePurpose};
         let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
         ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        ca_params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::DigitalSignature];
-        ca_params.distinguished_name.push(rcgen::DnType::CommonName, "Tether test CA");
+        ca_params.key_usages = vec![
+            KeyUsagePurpose::KeyCertSign,
+            KeyUsagePurpose::DigitalSignature,
+        ];
+        ca_params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, "Tether test CA");
         let ca_key = KeyPair::generate().unwrap();
         let ca_cert = ca_params.self_signed(&ca_key).unwrap();
         let issuer = Issuer::new(ca_params, ca_key);
         let leaf_key = KeyPair::generate().unwrap();
-        let leaf_params = CertificateParams::new(names.iter().map(|n| n.to_string()).collect::<Vec<_>>()).unwrap();
+        let leaf_params =
+            CertificateParams::new(names.iter().map(|n| n.to_string()).collect::<Vec<_>>())
+                .unwrap();
         let leaf = leaf_params.signed_by(&leaf_key, &issuer).unwrap();
         let ca_file = dir.join("ca.pem");
         std::fs::write(&ca_file, ca_cert.pem()).unwrap();
         let key = rustls::pki_types::PrivateKeyDer::try_from(leaf_key.serialize_der()).unwrap();
-        let server_config = rustls::ServerConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
-            .with_safe_default_protocol_versions()
-            .unwrap()
-            .with_no_client_auth()
-            .with_single_cert(vec![leaf.der().clone()], key)
-            .unwrap();
-        TestCa { ca_file, server_config: Arc::new(server_config) }
+        let server_config = rustls::ServerConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(vec![leaf.der().clone()], key)
+        .unwrap();
+        TestCa {
+            ca_file,
+            server_config: Arc::new(server_config),
+        }
     }
 }
 
@@ -156,8 +191,12 @@ pub fn wss_echo_server(config: Arc<rustls::ServerConfig>) -> SocketAddr {
     tcp_server(move |tcp| {
         let acceptor = tokio_rustls::TlsAcceptor::from(config.clone());
         async move {
-            let Ok(tls) = acceptor.accept(tcp).await else { return };
-            let Ok(ws) = tokio_tungstenite::accept_async(tls).await else { return };
+            let Ok(tls) = acceptor.accept(tcp).await else {
+                return;
+            };
+            let Ok(ws) = tokio_tungstenite::accept_async(tls).await else {
+                return;
+            };
             echo_ws(ws).await;
         }
     })
@@ -196,18 +235,41 @@ pub fn python_with_websockets() -> PathBuf {
     static PY: OnceLock<PathBuf> = OnceLock::new();
     PY.get_or_init(|| {
         let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
-        let venv = std::env::var_os("TETHER_PEERS_VENV").map(PathBuf::from).unwrap_or_else(|| root.join("target/peers/venv"));
+        let venv = std::env::var_os("TETHER_PEERS_VENV")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| root.join("target/peers/venv"));
         let python = venv.join("bin/python");
-        let ok = |py: &Path| Command::new(py).args(["-c", "import websockets"]).status().map(|s| s.success()).unwrap_or(false);
+        let ok = |py: &Path| {
+            Command::new(py)
+                .args(["-c", "import websockets"])
+                .status()
+                .map(|s| s.success())
+                .unwrap_or(false)
+        };
         if !ok(&python) {
-            let status = Command::new("python3").args(["-m", "venv"]).arg(&venv).status().expect("python3 -m venv (is python3 installed?)");
-            assert!(status.success(), "creating the venv at {} failed", venv.display());
+            let status = Command::new("python3")
+                .args(["-m", "venv"])
+                .arg(&venv)
+                .status()
+                .expect("python3 -m venv (is python3 installed?)");
+            assert!(
+                status.success(),
+                "creating the venv at {} failed",
+                venv.display()
+            );
             let status = Command::new(&python)
                 .args(["-m", "pip", "install", "--quiet", "websockets>=14"])
                 .status()
                 .expect("pip install websockets");
-            assert!(status.success(), "pip install websockets failed: the third-party peer is missing");
-            assert!(ok(&python), "websockets still not importable from {}", python.display());
+            assert!(
+                status.success(),
+                "pip install websockets failed: the third-party peer is missing"
+            );
+            assert!(
+                ok(&python),
+                "websockets still not importable from {}",
+                python.display()
+            );
         }
         python
     })
@@ -218,11 +280,20 @@ impl PythonServer {
     pub fn start() -> PythonServer {
         let python = python_with_websockets();
         let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/peers/ws_echo_server.py");
-        let mut child = Command::new(python).arg(script).stdout(Stdio::piped()).spawn().expect("start python server");
+        let mut child = Command::new(python)
+            .arg(script)
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("start python server");
         let mut line = String::new();
         use std::io::BufRead;
-        std::io::BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
-        let port = line.trim().parse().unwrap_or_else(|_| panic!("python server printed `{line}` instead of its port"));
+        std::io::BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let port = line
+            .trim()
+            .parse()
+            .unwrap_or_else(|_| panic!("python server printed `{line}` instead of its port"));
         PythonServer { port, child }
     }
 }
@@ -233,8 +304,12 @@ pub fn nodelay_of_sockets_at(addr: SocketAddr) -> Vec<bool> {
     use std::os::fd::BorrowedFd;
     let mut found = Vec::new();
     for entry in std::fs::read_dir("/proc/self/fd").unwrap().flatten() {
-        let Ok(fd) = entry.file_name().to_string_lossy().parse::<i32>() else { continue };
-        let Ok(link) = std::fs::read_link(entry.path()) else { continue };
+        let Ok(fd) = entry.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        let Ok(link) = std::fs::read_link(entry.path()) else {
+            continue;
+        };
         if !link.to_string_lossy().starts_with("socket:") {
             continue;
         }
@@ -254,8 +329,13 @@ pub fn nodelay_of_sockets_at(addr: SocketAddr) -> Vec<bool> {
 pub fn thread_cpu_time() -> Duration {
     let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
     // SAFETY: getrusage writes into the struct we own.
-    assert_eq!(unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut usage) }, 0);
-    let tv = |t: libc::timeval| Duration::from_secs(t.tv_sec as u64) + Duration::from_micros(t.tv_usec as u64);
+    assert_eq!(
+        unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut usage) },
+        0
+    );
+    let tv = |t: libc::timeval| {
+        Duration::from_secs(t.tv_sec as u64) + Duration::from_micros(t.tv_usec as u64)
+    };
     tv(usage.ru_utime) + tv(usage.ru_stime)
 }
 

@@ -34,7 +34,11 @@ async fn guest_client_echoes_8_mib_in_order_and_half_closes() {
     let runner = runner(local_config());
     let out = probe(&runner, &["tcp-echo", &addr.to_string()]).await;
     assert!(out.success(), "{}", show(&out));
-    assert!(out.stdout_text().contains(&format!("ok echoed {N}")), "{}", show(&out));
+    assert!(
+        out.stdout_text().contains(&format!("ok echoed {N}")),
+        "{}",
+        show(&out)
+    );
     let (same, eof) = rx.await.unwrap();
     assert!(same && eof, "echo differs from what was sent");
 }
@@ -67,24 +71,52 @@ async fn guest_listener_accepts_and_echoes() {
     let (out, (same, nodelay)) = tokio::join!(guest, client);
     assert!(out.success(), "{}", show(&out));
     assert!(same, "echo differs");
-    assert_eq!(nodelay, vec![true], "accepted byte stream must have TCP_NODELAY");
+    assert_eq!(
+        nodelay,
+        vec![true],
+        "accepted byte stream must have TCP_NODELAY"
+    );
 }
 
 #[tokio::test(flavor = "current_thread")]
 async fn connect_errors() {
     let runner = runner(local_config());
-    let out = probe(&runner, &["tcp-connect", &format!("127.0.0.1:{}", closed_port())]).await;
-    assert!(out.stdout_text().starts_with("error connection-refused"), "{}", show(&out));
+    let out = probe(
+        &runner,
+        &["tcp-connect", &format!("127.0.0.1:{}", closed_port())],
+    )
+    .await;
+    assert!(
+        out.stdout_text().starts_with("error connection-refused"),
+        "{}",
+        show(&out)
+    );
     let out = probe(&runner, &["tcp-connect", "192.0.2.1:22"]).await;
-    assert!(out.stdout_text().starts_with("error denied"), "{}", show(&out));
+    assert!(
+        out.stdout_text().starts_with("error denied"),
+        "{}",
+        show(&out)
+    );
     let out = probe(&runner, &["tcp-connect", "no-port"]).await;
-    assert!(out.stdout_text().starts_with("error invalid-url"), "{}", show(&out));
+    assert!(
+        out.stdout_text().starts_with("error invalid-url"),
+        "{}",
+        show(&out)
+    );
     // Only name rules: a name no rule matches is denied before any DNS.
     let mut config = local_config();
     config.policy.allow = vec!["*.invalid:*".parse().unwrap()];
     let dns = crate::common::runner(config);
     let out = probe(&dns, &["tcp-connect", "example.com:80"]).await;
-    assert!(out.stdout_text().starts_with("error denied"), "{}", show(&out));
+    assert!(
+        out.stdout_text().starts_with("error denied"),
+        "{}",
+        show(&out)
+    );
     let out = probe(&dns, &["tcp-connect", "no-such-host.invalid:80"]).await;
-    assert!(out.stdout_text().starts_with("error dns-failure"), "{}", show(&out));
+    assert!(
+        out.stdout_text().starts_with("error dns-failure"),
+        "{}",
+        show(&out)
+    );
 }

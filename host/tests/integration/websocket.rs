@@ -22,7 +22,12 @@ async fn echo_client_against_embedded_server_keeps_every_message() {
                 let m = if i % 3 == 0 {
                     Message::Text(format!("héllo ✓ {i}").into())
                 } else {
-                    Message::Binary((0..(i * 37) % 5000).map(|b| (b + i) as u8).collect::<Vec<u8>>().into())
+                    Message::Binary(
+                        (0..(i * 37) % 5000)
+                            .map(|b| (b + i) as u8)
+                            .collect::<Vec<u8>>()
+                            .into(),
+                    )
                 };
                 ws.send(m.clone()).await.unwrap();
                 let back = ws.next().await.unwrap().unwrap();
@@ -30,7 +35,12 @@ async fn echo_client_against_embedded_server_keeps_every_message() {
                     ok += 1;
                 }
             }
-            ws.close(Some(tokio_tungstenite::tungstenite::protocol::CloseFrame { code: 4001.into(), reason: "done".into() })).await.unwrap();
+            ws.close(Some(tokio_tungstenite::tungstenite::protocol::CloseFrame {
+                code: 4001.into(),
+                reason: "done".into(),
+            }))
+            .await
+            .unwrap();
             while ws.next().await.is_some() {}
             let _ = done.unwrap().send(ok);
         }
@@ -39,8 +49,16 @@ async fn echo_client_against_embedded_server_keeps_every_message() {
     let out = echo(&runner, &["client", &format!("ws://{addr}/x")]).await;
     assert!(out.success(), "{}", show(&out));
     assert_eq!(done_rx.await.unwrap(), 200, "every echo must match");
-    assert!(out.stdout_text().contains("echoed 200 messages"), "{}", show(&out));
-    assert!(out.stdout_text().contains("close=4001 reason=done"), "{}", show(&out));
+    assert!(
+        out.stdout_text().contains("echoed 200 messages"),
+        "{}",
+        show(&out)
+    );
+    assert!(
+        out.stdout_text().contains("close=4001 reason=done"),
+        "{}",
+        show(&out)
+    );
 }
 
 #[tokio::test(flavor = "current_thread")]
@@ -49,44 +67,103 @@ async fn third_party_python_websockets_server() {
     let runner = runner(local_config());
     let url = format!("ws://127.0.0.1:{}/", server.port);
     // Round trips of several sizes, verified by the guest.
-    let out = echo(&runner, &["ping", &url, "rtt:50:1", "rtt:50:70000", "nagle:20:16", "pipeline:500:128:16"]).await;
+    let out = echo(
+        &runner,
+        &[
+            "ping",
+            &url,
+            "rtt:50:1",
+            "rtt:50:70000",
+            "nagle:20:16",
+            "pipeline:500:128:16",
+        ],
+    )
+    .await;
     assert!(out.success(), "{}", show(&out));
-    assert_eq!(out.stdout_text().lines().filter(|l| l.starts_with("rtt ")).count(), 2);
+    assert_eq!(
+        out.stdout_text()
+            .lines()
+            .filter(|l| l.starts_with("rtt "))
+            .count(),
+        2
+    );
     // Subprotocol negotiation with a server from another project.
     let out = probe(&runner, &["connect", &url, "superchat", "chat"]).await;
-    assert!(out.stdout_text().contains("ok connected protocol=superchat"), "{}", show(&out));
-    assert!(out.stdout_text().contains("ok closed code=1000 reason=bye"), "{}", show(&out));
+    assert!(
+        out.stdout_text()
+            .contains("ok connected protocol=superchat"),
+        "{}",
+        show(&out)
+    );
+    assert!(
+        out.stdout_text().contains("ok closed code=1000 reason=bye"),
+        "{}",
+        show(&out)
+    );
 }
 
 #[tokio::test(flavor = "current_thread")]
 async fn bad_urls_are_clear_errors() {
     let runner = runner(local_config());
-    for url in ["not a url", "http://127.0.0.1:1/", "ws://", "ws://127.0.0.1:1/#frag"] {
+    for url in [
+        "not a url",
+        "http://127.0.0.1:1/",
+        "ws://",
+        "ws://127.0.0.1:1/#frag",
+    ] {
         let out = probe(&runner, &["connect", url]).await;
-        assert!(out.stdout_text().starts_with("error invalid-url"), "{url}: {}", show(&out));
+        assert!(
+            out.stdout_text().starts_with("error invalid-url"),
+            "{url}: {}",
+            show(&out)
+        );
     }
 }
 
 #[tokio::test(flavor = "current_thread")]
 async fn refused_and_denied_connections() {
     let runner = runner(local_config());
-    let out = probe(&runner, &["connect", &format!("ws://127.0.0.1:{}/", closed_port())]).await;
-    assert!(out.stdout_text().starts_with("error connection-refused"), "{}", show(&out));
+    let out = probe(
+        &runner,
+        &["connect", &format!("ws://127.0.0.1:{}/", closed_port())],
+    )
+    .await;
+    assert!(
+        out.stdout_text().starts_with("error connection-refused"),
+        "{}",
+        show(&out)
+    );
     let out = probe(&runner, &["connect", "ws://10.0.0.1:80/"]).await;
-    assert!(out.stdout_text().starts_with("error denied"), "{}", show(&out));
+    assert!(
+        out.stdout_text().starts_with("error denied"),
+        "{}",
+        show(&out)
+    );
     // Deny by default: an empty policy refuses even loopback.
     let closed = runner_with(|c| c.policy = Default::default());
     let out = probe(&closed, &["connect", "ws://127.0.0.1:9/"]).await;
-    assert!(out.stdout_text().starts_with("error denied"), "{}", show(&out));
+    assert!(
+        out.stdout_text().starts_with("error denied"),
+        "{}",
+        show(&out)
+    );
     let out = probe(&closed, &["listen", "127.0.0.1:0"]).await;
-    assert!(out.stdout_text().starts_with("error denied"), "{}", show(&out));
+    assert!(
+        out.stdout_text().starts_with("error denied"),
+        "{}",
+        show(&out)
+    );
     // A name resolving into a denied block is refused after DNS.
     let rebind = runner_with(|c| {
         c.policy.allow = vec!["*:*".parse().unwrap()];
         c.policy.deny = vec!["127.0.0.0/8:*".parse().unwrap(), "[::1]:*".parse().unwrap()];
     });
     let out = probe(&rebind, &["connect", "ws://localhost:9/"]).await;
-    assert!(out.stdout_text().starts_with("error denied"), "{}", show(&out));
+    assert!(
+        out.stdout_text().starts_with("error denied"),
+        "{}",
+        show(&out)
+    );
 }
 
 fn runner_with(change: impl FnOnce(&mut tether_host::Config)) -> tether_host::runner::Runner {
@@ -105,21 +182,37 @@ async fn handshake_timeout_redirect_and_rejection() {
     });
     let t0 = Instant::now();
     let out = probe(&runner, &["connect", &format!("ws://{stall}/")]).await;
-    assert!(out.stdout_text().starts_with("error timeout"), "{}", show(&out));
+    assert!(
+        out.stdout_text().starts_with("error timeout"),
+        "{}",
+        show(&out)
+    );
     assert!(t0.elapsed() < Duration::from_secs(5));
     // Redirects are reported, never followed.
     let redirect = tcp_server(|mut tcp| async move {
         let mut buf = [0u8; 1024];
         let _ = tcp.read(&mut buf).await;
-        let _ = tcp.write_all(b"HTTP/1.1 302 Found\r\nLocation: ws://example.com/\r\nContent-Length: 0\r\n\r\n").await;
+        let _ = tcp
+            .write_all(
+                b"HTTP/1.1 302 Found\r\nLocation: ws://example.com/\r\nContent-Length: 0\r\n\r\n",
+            )
+            .await;
     });
     let out = probe(&runner, &["connect", &format!("ws://{redirect}/")]).await;
     let text = out.stdout_text();
-    assert!(text.starts_with("error protocol-error") && text.contains("302") && text.contains("not followed"), "{}", show(&out));
+    assert!(
+        text.starts_with("error protocol-error")
+            && text.contains("302")
+            && text.contains("not followed"),
+        "{}",
+        show(&out)
+    );
     let forbidden = tcp_server(|mut tcp| async move {
         let mut buf = [0u8; 1024];
         let _ = tcp.read(&mut buf).await;
-        let _ = tcp.write_all(b"HTTP/1.1 403 Forbidden\r\nContent-Length: 0\r\n\r\n").await;
+        let _ = tcp
+            .write_all(b"HTTP/1.1 403 Forbidden\r\nContent-Length: 0\r\n\r\n")
+            .await;
     });
     let out = probe(&runner, &["connect", &format!("ws://{forbidden}/")]).await;
     assert!(out.stdout_text().contains("403"), "{}", show(&out));
@@ -138,16 +231,38 @@ async fn tls_with_generated_ca() {
     let out = echo(&trusted, &["ping", &url, "rtt:20:100"]).await;
     assert!(out.success(), "{}", show(&out));
     // Name mismatch: the certificate is for localhost, not 127.0.0.1.
-    let out = probe(&trusted, &["connect", &format!("wss://127.0.0.1:{}/", addr.port())]).await;
-    assert!(out.stdout_text().starts_with("error tls-failure") && out.stdout_text().contains("not valid for name"), "{}", show(&out));
+    let out = probe(
+        &trusted,
+        &["connect", &format!("wss://127.0.0.1:{}/", addr.port())],
+    )
+    .await;
+    assert!(
+        out.stdout_text().starts_with("error tls-failure")
+            && out.stdout_text().contains("not valid for name"),
+        "{}",
+        show(&out)
+    );
     // Without the CA: unknown issuer.
     let untrusted = runner(local_config());
     let out = probe(&untrusted, &["connect", &url]).await;
-    assert!(out.stdout_text().starts_with("error tls-failure") && out.stdout_text().to_lowercase().contains("unknownissuer"), "{}", show(&out));
+    assert!(
+        out.stdout_text().starts_with("error tls-failure")
+            && out.stdout_text().to_lowercase().contains("unknownissuer"),
+        "{}",
+        show(&out)
+    );
     // wss:// to a plain WebSocket server: a TLS error, not a hang.
     let plain = ws_server(echo_ws);
-    let out = probe(&trusted, &["connect", &format!("wss://localhost:{}/", plain.port())]).await;
-    assert!(out.stdout_text().starts_with("error tls-failure"), "{}", show(&out));
+    let out = probe(
+        &trusted,
+        &["connect", &format!("wss://localhost:{}/", plain.port())],
+    )
+    .await;
+    assert!(
+        out.stdout_text().starts_with("error tls-failure"),
+        "{}",
+        show(&out)
+    );
 }
 
 #[tokio::test(flavor = "current_thread")]
@@ -164,15 +279,24 @@ async fn every_host_socket_has_tcp_nodelay() {
     let mut config = local_config();
     config.tls.extra_ca_files = vec![ca.ca_file.clone()];
     let runner = runner(config);
-    for (url, addr) in [(format!("ws://{plain}/"), plain), (format!("wss://localhost:{}/", tls.port()), tls)] {
+    for (url, addr) in [
+        (format!("ws://{plain}/"), plain),
+        (format!("wss://localhost:{}/", tls.port()), tls),
+    ] {
         let guest = echo(&runner, &["client", &url]);
         let check = async {
             tokio::time::sleep(Duration::from_millis(300)).await;
             nodelay_of_sockets_at(addr)
         };
-        let (out, flags) = tokio::join!(async { tokio::time::timeout(Duration::from_millis(1200), guest).await }, check);
+        let (out, flags) = tokio::join!(
+            async { tokio::time::timeout(Duration::from_millis(1200), guest).await },
+            check
+        );
         assert!(!flags.is_empty(), "no socket to {addr} found; {out:?}");
-        assert!(flags.iter().all(|&f| f), "TCP_NODELAY missing on a socket to {addr}: {flags:?}");
+        assert!(
+            flags.iter().all(|&f| f),
+            "TCP_NODELAY missing on a socket to {addr}: {flags:?}"
+        );
     }
     // Accepted sockets: the guest listens, a native client connects.
     let port = closed_port();
@@ -180,9 +304,13 @@ async fn every_host_socket_has_tcp_nodelay() {
     let guest = echo(&runner, &["server", &listen, "1"]);
     let client = async {
         tokio::time::sleep(Duration::from_millis(300)).await;
-        let (mut ws, _) = tokio_tungstenite::connect_async(format!("ws://{listen}/")).await.unwrap();
+        let (mut ws, _) = tokio_tungstenite::connect_async(format!("ws://{listen}/"))
+            .await
+            .unwrap();
         let local = {
-            let tokio_tungstenite::MaybeTlsStream::Plain(s) = ws.get_ref() else { unreachable!() };
+            let tokio_tungstenite::MaybeTlsStream::Plain(s) = ws.get_ref() else {
+                unreachable!()
+            };
             s.local_addr().unwrap()
         };
         ws.send(Message::Text("x".into())).await.unwrap();
@@ -193,7 +321,11 @@ async fn every_host_socket_has_tcp_nodelay() {
     };
     let (out, flags) = tokio::join!(guest, client);
     assert!(out.success(), "{}", show(&out));
-    assert_eq!(flags, vec![true], "the accepted socket must have TCP_NODELAY");
+    assert_eq!(
+        flags,
+        vec![true],
+        "the accepted socket must have TCP_NODELAY"
+    );
 }
 
 #[tokio::test(flavor = "current_thread")]
@@ -211,7 +343,9 @@ async fn idle_guest_sleeps_and_wakes_within_a_millisecond() {
             let mut rtts = Vec::new();
             for i in 0..200u32 {
                 let t0 = Instant::now();
-                ws.send(Message::Binary(i.to_be_bytes().to_vec().into())).await.unwrap();
+                ws.send(Message::Binary(i.to_be_bytes().to_vec().into()))
+                    .await
+                    .unwrap();
                 ws.next().await.unwrap().unwrap();
                 rtts.push(t0.elapsed());
             }
@@ -232,10 +366,16 @@ async fn idle_guest_sleeps_and_wakes_within_a_millisecond() {
     let (out, idle_cpu) = tokio::join!(echo(&runner, &["client", &url]), idle);
     assert!(out.success(), "{}", show(&out));
     let mut rtts = rx.await.unwrap();
-    assert!(idle_cpu < Duration::from_millis(5), "the idle guest's thread burned {idle_cpu:?} of CPU in 1 s: something polls");
+    assert!(
+        idle_cpu < Duration::from_millis(5),
+        "the idle guest's thread burned {idle_cpu:?} of CPU in 1 s: something polls"
+    );
     rtts.sort();
     let median = rtts[rtts.len() / 2];
-    assert!(median < Duration::from_micros(500), "median round trip through the guest {median:?}, want well under 1 ms");
+    assert!(
+        median < Duration::from_micros(500),
+        "median round trip through the guest {median:?}, want well under 1 ms"
+    );
 }
 
 #[tokio::test(flavor = "current_thread")]
@@ -249,7 +389,10 @@ async fn slow_reader_gets_every_byte_in_order_with_bounded_memory() {
             let (mut offset, mut in_order) = (0usize, true);
             while let Some(Ok(m)) = ws.next().await {
                 if let Message::Binary(b) = m {
-                    in_order &= b.iter().enumerate().all(|(i, &x)| x == ((offset + i) % 251) as u8);
+                    in_order &= b
+                        .iter()
+                        .enumerate()
+                        .all(|(i, &x)| x == ((offset + i) % 251) as u8);
                     offset += b.len();
                     // A deliberately slow reader: ~2 ms per 64 KiB.
                     tokio::time::sleep(Duration::from_millis(2)).await;
@@ -259,18 +402,41 @@ async fn slow_reader_gets_every_byte_in_order_with_bounded_memory() {
         }
     });
     let runner = runner(local_config());
-    let out = probe(&runner, &["send-bulk", &format!("ws://{addr}/"), &TOTAL.to_string(), "65536"]).await;
+    let out = probe(
+        &runner,
+        &[
+            "send-bulk",
+            &format!("ws://{addr}/"),
+            &TOTAL.to_string(),
+            "65536",
+        ],
+    )
+    .await;
     assert!(out.success(), "{}", show(&out));
     let (received, in_order) = rx.await.unwrap();
     assert_eq!(received, TOTAL, "bytes lost");
     assert!(in_order, "bytes out of order");
-    let blocked: u64 = out.stdout_text().split("wouldblock=").nth(1).unwrap().trim().parse().unwrap();
-    assert!(blocked > 0, "the guest never saw backpressure: {}", show(&out));
+    let blocked: u64 = out
+        .stdout_text()
+        .split("wouldblock=")
+        .nth(1)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(
+        blocked > 0,
+        "the guest never saw backpressure: {}",
+        show(&out)
+    );
     // Unbounded queues would hold most of the 64 MiB; the host's never
     // held more than its outbound bound.
     let peak = runner.host().stats.peak_buffered_bytes();
     let bound = runner.host().config.limits.outbound_buffer_bytes;
-    assert!(peak > 0 && peak <= bound, "host buffered up to {peak} bytes, bound {bound}");
+    assert!(
+        peak > 0 && peak <= bound,
+        "host buffered up to {peak} bytes, bound {bound}"
+    );
 }
 
 #[tokio::test(flavor = "current_thread")]
@@ -293,7 +459,14 @@ async fn inbound_burst_is_paused_not_dropped() {
     let runner = runner(config);
     let out = probe(&runner, &["recv-all", &format!("ws://{addr}/")]).await;
     assert!(out.success(), "{}", show(&out));
-    assert!(out.stdout_text().contains(&format!("ok received 2000 {} close=1005", 2000 * (16 << 10))), "{}", show(&out));
+    assert!(
+        out.stdout_text().contains(&format!(
+            "ok received 2000 {} close=1005",
+            2000 * (16 << 10)
+        )),
+        "{}",
+        show(&out)
+    );
 }
 
 #[tokio::test(flavor = "current_thread")]
@@ -302,15 +475,35 @@ async fn message_size_limits_both_ways() {
     config.limits.max_message_bytes = 1 << 20;
     let runner = runner(config);
     let addr = ws_server(echo_ws);
-    let out = probe(&runner, &["send-big", &format!("ws://{addr}/"), &((1 << 20) + 1).to_string()]).await;
-    assert!(out.stdout_text().starts_with(&format!("error message-too-large message too large (limit {} bytes)", 1 << 20)), "{}", show(&out));
+    let out = probe(
+        &runner,
+        &[
+            "send-big",
+            &format!("ws://{addr}/"),
+            &((1 << 20) + 1).to_string(),
+        ],
+    )
+    .await;
+    assert!(
+        out.stdout_text().starts_with(&format!(
+            "error message-too-large message too large (limit {} bytes)",
+            1 << 20
+        )),
+        "{}",
+        show(&out)
+    );
     // The peer sends more than the limit: the stream ends with 1009.
     let big = ws_server(|mut ws| async move {
         let _ = ws.send(Message::Binary(vec![7u8; 2 << 20].into())).await;
         while ws.next().await.is_some() {}
     });
     let out = probe(&runner, &["recv-all", &format!("ws://{big}/")]).await;
-    assert!(out.stdout_text().contains("close=1009") && out.stdout_text().contains("error message-too-large"), "{}", show(&out));
+    assert!(
+        out.stdout_text().contains("close=1009")
+            && out.stdout_text().contains("error message-too-large"),
+        "{}",
+        show(&out)
+    );
 }
 
 #[tokio::test(flavor = "current_thread")]
@@ -320,13 +513,21 @@ async fn abrupt_close_mid_message_is_abnormal_1006() {
         ws.send(Message::Text("first".into())).await.unwrap();
         // Half a frame: a 100-byte binary header with 10 bytes, then RST.
         let tcp = ws.get_mut();
-        tcp.write_all(&[0x82, 100, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10]).await.unwrap();
-        socket2::SockRef::from(&*tcp).set_linger(Some(Duration::ZERO)).unwrap();
+        tcp.write_all(&[0x82, 100, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10])
+            .await
+            .unwrap();
+        socket2::SockRef::from(&*tcp)
+            .set_linger(Some(Duration::ZERO))
+            .unwrap();
     });
     let runner = runner(local_config());
     let out = probe(&runner, &["recv-all", &format!("ws://{addr}/")]).await;
     let text = out.stdout_text();
-    assert!(text.contains("ok received 1 5 close=1006"), "{}", show(&out));
+    assert!(
+        text.contains("ok received 1 5 close=1006"),
+        "{}",
+        show(&out)
+    );
     assert!(text.contains("error protocol-error"), "{}", show(&out));
 }
 
@@ -338,7 +539,12 @@ async fn close_rules_and_idempotence() {
     let text = out.stdout_text();
     assert!(out.success(), "{}", show(&out));
     assert_eq!(text.matches("ok rejected").count(), 5, "{text}");
-    for want in ["ok idempotent", "ok send-after-close closed", "ok receive-after-close closed", "ok close-info Some(4000)"] {
+    for want in [
+        "ok idempotent",
+        "ok send-after-close closed",
+        "ok receive-after-close closed",
+        "ok close-info Some(4000)",
+    ] {
         assert!(text.contains(want), "missing `{want}`: {text}");
     }
     assert!(!text.contains("error"), "{text}");
@@ -354,7 +560,9 @@ async fn server_guest_accepts_and_negotiates() {
         tokio::time::sleep(Duration::from_millis(300)).await;
         let mut total = 0;
         for n in 0..2 {
-            let (mut ws, _) = tokio_tungstenite::connect_async(format!("ws://{listen}/room/{n}")).await.unwrap();
+            let (mut ws, _) = tokio_tungstenite::connect_async(format!("ws://{listen}/room/{n}"))
+                .await
+                .unwrap();
             for i in 0..100 {
                 let m = Message::Text(format!("{n}-{i}").into());
                 ws.send(m.clone()).await.unwrap();

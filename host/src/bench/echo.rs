@@ -13,6 +13,7 @@ use tokio_tungstenite::tungstenite::Message;
 
 use crate::runner::{GuestIo, Runner};
 
+
 /// The workload: counts and sizes (bytes) of each phase.
 #[derive(Clone, Copy, Debug)]
 pub struct Workload {
@@ -31,17 +32,35 @@ pub struct Workload {
 impl Workload {
     /// The demo: about a second each side.
     pub fn demo() -> Workload {
-        Workload { warmup: 500, rtt: (5000, 32), nagle: (2000, 16), pipeline: (50_000, 64, 64), bulk: (256, 1 << 20, 8) }
+        Workload {
+            warmup: 500,
+            rtt: (5000, 32),
+            nagle: (2000, 16),
+            pipeline: (50_000, 64, 64),
+            bulk: (256, 1 << 20, 8),
+        }
     }
 
     /// `tether bench echo`: longer runs for stable percentiles.
     pub fn bench() -> Workload {
-        Workload { warmup: 2000, rtt: (20_000, 32), nagle: (10_000, 16), pipeline: (200_000, 64, 64), bulk: (1024, 1 << 20, 8) }
+        Workload {
+            warmup: 2000,
+            rtt: (20_000, 32),
+            nagle: (10_000, 16),
+            pipeline: (200_000, 64, 64),
+            bulk: (1024, 1 << 20, 8),
+        }
     }
 
     /// A smoke run for CI.
     pub fn quick() -> Workload {
-        Workload { warmup: 100, rtt: (500, 32), nagle: (300, 16), pipeline: (5000, 64, 64), bulk: (32, 1 << 20, 8) }
+        Workload {
+            warmup: 100,
+            rtt: (500, 32),
+            nagle: (300, 16),
+            pipeline: (5000, 64, 64),
+            bulk: (32, 1 << 20, 8),
+        }
     }
 
     fn guest_phases(&self) -> Vec<String> {
@@ -49,7 +68,10 @@ impl Workload {
             format!("rtt:{}:{}", self.warmup, self.rtt.1),
             format!("rtt:{}:{}", self.rtt.0, self.rtt.1),
             format!("nagle:{}:{}", self.nagle.0, self.nagle.1),
-            format!("pipeline:{}:{}:{}", self.pipeline.0, self.pipeline.1, self.pipeline.2),
+            format!(
+                "pipeline:{}:{}:{}",
+                self.pipeline.0, self.pipeline.1, self.pipeline.2
+            ),
             format!("pipeline:{}:{}:{}", self.bulk.0, self.bulk.1, self.bulk.2),
         ]
     }
@@ -73,8 +95,16 @@ impl Samples {
     fn merge(&mut self, other: Samples) {
         self.rtt_ns.extend(other.rtt_ns);
         self.nagle_ns.extend(other.nagle_ns);
-        self.pipeline = (self.pipeline.0 + other.pipeline.0, other.pipeline.1, self.pipeline.2 + other.pipeline.2);
-        self.bulk = (self.bulk.0 + other.bulk.0, other.bulk.1, self.bulk.2 + other.bulk.2);
+        self.pipeline = (
+            self.pipeline.0 + other.pipeline.0,
+            other.pipeline.1,
+            self.pipeline.2 + other.pipeline.2,
+        );
+        self.bulk = (
+            self.bulk.0 + other.bulk.0,
+            other.bulk.1,
+            self.bulk.2 + other.bulk.2,
+        );
     }
 }
 
@@ -86,7 +116,9 @@ pub fn parse_guest_output(stdout: &str) -> anyhow::Result<Samples> {
     for line in stdout.lines() {
         let mut words = line.split_whitespace();
         let kind = words.next().unwrap_or("");
-        let nums: Vec<u64> = words.map(|w| w.parse().context("number in guest output")).collect::<Result<_, _>>()?;
+        let nums: Vec<u64> = words
+            .map(|w| w.parse().context("number in guest output"))
+            .collect::<Result<_, _>>()?;
         match kind {
             "rtt" => {
                 rtt_lines += 1;
@@ -95,7 +127,11 @@ pub fn parse_guest_output(stdout: &str) -> anyhow::Result<Samples> {
                 }
             }
             "nagle" => s.nagle_ns = nums,
-            "pipeline" if nums.len() == 3 => pipelines.push((nums[0] as usize, nums[1] as usize, Duration::from_nanos(nums[2]))),
+            "pipeline" if nums.len() == 3 => pipelines.push((
+                nums[0] as usize,
+                nums[1] as usize,
+                Duration::from_nanos(nums[2]),
+            )),
             "error" => bail!("guest reported: {line}"),
             _ => {}
         }
@@ -109,12 +145,23 @@ pub fn parse_guest_output(stdout: &str) -> anyhow::Result<Samples> {
 }
 
 /// Runs the phases with the echo guest through the host.
-pub async fn guest_ping(runner: &Runner, component: &wasmtime::component::Component, url: &str, w: &Workload) -> anyhow::Result<Samples> {
+pub async fn guest_ping(
+    runner: &Runner,
+    component: &wasmtime::component::Component,
+    url: &str,
+    w: &Workload,
+) -> anyhow::Result<Samples> {
     let mut args = vec!["echo".to_string(), "ping".to_string(), url.to_string()];
     args.extend(w.guest_phases());
-    let outcome = runner.run(component, &args, GuestIo::Capture(64 << 20)).await;
+    let outcome = runner
+        .run(component, &args, GuestIo::Capture(64 << 20))
+        .await;
     if let Err(e) = &outcome.result {
-        bail!("echo guest failed: {e}\nstdout: {}\nstderr: {}", outcome.stdout_text(), String::from_utf8_lossy(&outcome.stderr));
+        bail!(
+            "echo guest failed: {e}\nstdout: {}\nstderr: {}",
+            outcome.stdout_text(),
+            String::from_utf8_lossy(&outcome.stderr)
+        );
     }
     parse_guest_output(&outcome.stdout_text())
 }
@@ -148,7 +195,12 @@ async fn next_data(ws: &mut Ws) -> anyhow::Result<Message> {
     }
 }
 
-async fn pipeline(ws: &mut Ws, n: usize, size: usize, window: usize) -> anyhow::Result<(usize, usize, Duration)> {
+async fn pipeline(
+    ws: &mut Ws,
+    n: usize,
+    size: usize,
+    window: usize,
+) -> anyhow::Result<(usize, usize, Duration)> {
     let payload = bytes::Bytes::from(vec![0xa5u8; size]);
     let t0 = Instant::now();
     let (mut sent, mut received) = (0usize, 0usize);
@@ -178,7 +230,11 @@ async fn pipeline(ws: &mut Ws, n: usize, size: usize, window: usize) -> anyhow::
 /// set, as the host does).
 pub async fn native_ping(url: &str, w: &Workload) -> anyhow::Result<Samples> {
     let parsed = url::Url::parse(url)?;
-    let addr = format!("{}:{}", parsed.host_str().context("host")?, parsed.port_or_known_default().context("port")?);
+    let addr = format!(
+        "{}:{}",
+        parsed.host_str().context("host")?,
+        parsed.port_or_known_default().context("port")?
+    );
     let tcp = tokio::net::TcpStream::connect(&addr).await?;
     tcp.set_nodelay(true)?;
     let (mut ws, _) = tokio_tungstenite::client_async(url, tcp).await?;
@@ -188,7 +244,12 @@ pub async fn native_ping(url: &str, w: &Workload) -> anyhow::Result<Samples> {
     let pipeline = pipeline(&mut ws, w.pipeline.0, w.pipeline.1, w.pipeline.2).await?;
     let bulk = pipeline_bulk(&mut ws, w).await?;
     let _ = ws.close(None).await;
-    Ok(Samples { rtt_ns, nagle_ns, pipeline, bulk })
+    Ok(Samples {
+        rtt_ns,
+        nagle_ns,
+        pipeline,
+        bulk,
+    })
 }
 
 async fn pipeline_bulk(ws: &mut Ws, w: &Workload) -> anyhow::Result<(usize, usize, Duration)> {
@@ -274,21 +335,62 @@ impl Report {
 
     /// The human-readable table.
     pub fn table(&self) -> String {
-        let row = |name: &str, g: f64, n: f64, unit: &str| format!("{name:<34} {g:>12.1} {n:>12.1}   {:>6.2}x  {unit}\n", g / n);
-        let mut t = format!("{:<34} {:>12} {:>12}   {:>7}\n", "", "guest", "native", "ratio");
-        t += &row(&format!("round trip p50 ({} B)", 32), self.rtt_us_p50, self.native_rtt_us_p50, "us");
-        t += &row("round trip p99", self.rtt_us_p99, self.native_rtt_us_p99, "us");
-        t += &row("2 sends + 2 echoes p50 (Nagle case)", self.nagle_us_p50, self.native_nagle_us_p50, "us");
-        t += &row("2 sends + 2 echoes p99", self.nagle_us_p99, self.native_nagle_us_p99, "us");
-        t += &row(&format!("messages/s ({} B, pipelined)", self.message_bytes), self.msgs_per_s, self.native_msgs_per_s, "msg/s");
-        t += &row(&format!("MB/s ({} KiB messages)", self.bulk_message_bytes >> 10), self.mb_per_s, self.native_mb_per_s, "MB/s");
+        let row = |name: &str, g: f64, n: f64, unit: &str| {
+            format!("{name:<34} {g:>12.1} {n:>12.1}   {:>6.2}x  {unit}\n", g / n)
+        };
+        let mut t = format!(
+            "{:<34} {:>12} {:>12}   {:>7}\n",
+            "", "guest", "native", "ratio"
+        );
+        t += &row(
+            &format!("round trip p50 ({} B)", 32),
+            self.rtt_us_p50,
+            self.native_rtt_us_p50,
+            "us",
+        );
+        t += &row(
+            "round trip p99",
+            self.rtt_us_p99,
+            self.native_rtt_us_p99,
+            "us",
+        );
+        t += &row(
+            "2 sends + 2 echoes p50 (Nagle case)",
+            self.nagle_us_p50,
+            self.native_nagle_us_p50,
+            "us",
+        );
+        t += &row(
+            "2 sends + 2 echoes p99",
+            self.nagle_us_p99,
+            self.native_nagle_us_p99,
+            "us",
+        );
+        t += &row(
+            &format!("messages/s ({} B, pipelined)", self.message_bytes),
+            self.msgs_per_s,
+            self.native_msgs_per_s,
+            "msg/s",
+        );
+        t += &row(
+            &format!("MB/s ({} KiB messages)", self.bulk_message_bytes >> 10),
+            self.mb_per_s,
+            self.native_mb_per_s,
+            "MB/s",
+        );
         t
     }
 }
 
 /// Runs guest and native `rounds` times each, alternating, against `url`,
 /// and pools the samples.
-pub async fn compare(runner: &Runner, component: &wasmtime::component::Component, url: &str, w: &Workload, rounds: usize) -> anyhow::Result<Report> {
+pub async fn compare(
+    runner: &Runner,
+    component: &wasmtime::component::Component,
+    url: &str,
+    w: &Workload,
+    rounds: usize,
+) -> anyhow::Result<Report> {
     let mut guest = Samples::default();
     let mut native = Samples::default();
     for _ in 0..rounds.max(1) {

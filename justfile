@@ -1,0 +1,18 @@
+# Tether tasks. `just` is optional: every recipe is a script or a cargo
+# command you can run directly.
+
+# echo round trips through a guest vs native, on an embedded server
+demo *ARGS:
+    scripts/demo {{ARGS}}
+
+# the whole test suite, as CI runs it
+test:
+    scripts/test
+
+# full benchmark runs (guest vs native in the same run)
+bench:
+    cargo run --release -q -p tether-host --bin tether -- bench echo
+
+# run a guest component: just run path/to/guest.wasm --allow 127.0.0.1:* -- args
+run *ARGS:
+    cargo run --release -q -p tether-host --bin tether -- run {{ARGS}}
