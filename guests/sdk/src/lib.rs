@@ -2,11 +2,12 @@
 //! helpers that block the guest (and only the guest) on a pollable.
 //!
 //! A guest is a plain Rust `fn main` built for `wasm32-wasip2`; it imports
-//! these interfaces on top of `wasi:cli`.
+//! these interfaces on top of `wasi:cli`, and the monotonic clock (its
+//! pollables wait on a deadline in the same `poll` as the streams).
 
 wit_bindgen::generate!({
     path: "../../wit",
-    world: "tether:streams/imports",
+    world: "tether:streams/guest",
     generate_all,
 });
 
@@ -15,6 +16,7 @@ pub use tether::streams::types::ErrorCode;
 pub use tether::streams::websocket::{
     self, CloseInfo, ConnectOptions, ListenOptions, Message, MessageStream,
 };
+pub use wasi::clocks::monotonic_clock;
 pub use wasi::io::poll::{Pollable, poll};
 pub use wasi::io::streams::{InputStream, OutputStream, StreamError};
 
