@@ -12,8 +12,11 @@ use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use futures_util::stream::{SplitSink, SplitStream};
-use futures_util::{SinkExt, StreamExt};
+use std::pin::Pin;
+use std::task::{Context, Poll, Waker, ready};
+
+use futures_util::stream::SplitStream;
+use futures_util::{Sink, StreamExt};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
 use tokio::task::AbortHandle;
@@ -68,6 +71,12 @@ struct State {
     read_end: Option<ErrorCode>,
     write_error: Option<ErrorCode>,
     close_info: Option<CloseInfo>,
+    /// tungstenite holds bytes the writer task still has to flush.
+    flush_pending: bool,
+    /// A send since the writer task last ran went straight to the socket.
+    /// Further sends queue up until the guest yields, so a burst becomes
+    /// one flush (write everything queued, flush on drain).
+    inline_sent: bool,
 }
 
 struct Shared {
@@ -86,7 +95,12 @@ struct Shared {
     inbound_room: Signal,
     reader: Mutex<Option<AbortHandle>>,
     stats: Arc<crate::Stats>,
+    /// The write half. Locked only inside synchronous polls: by `send`'s
+    /// fast path (when the writer task is idle) and by the writer task.
+    sink: Mutex<DynSink>,
 }
+
+type DynSink = Pin<Box<dyn Sink<WsMessage, Error = tungstenite::Error> + Send>>;
 
 impl Shared {
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -145,7 +159,9 @@ impl MessageStream {
         S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     {
         let limits = &host.config.limits;
+        let (sink, stream) = ws.split();
         let shared = Arc::new(Shared {
+            sink: Mutex::new(Box::pin(sink)),
             stats: host.stats.clone(),
             state: Mutex::new(State::default()),
             max_message: limits.max_message_bytes,
@@ -158,10 +174,9 @@ impl MessageStream {
             inbound_room: Signal::default(),
             reader: Mutex::new(None),
         });
-        let (sink, stream) = ws.split();
         let reader = tokio::spawn(read_loop(stream, shared.clone()));
         *shared.reader.lock().unwrap() = Some(reader.abort_handle());
-        tokio::spawn(write_loop(sink, shared.clone()));
+        tokio::spawn(write_loop(shared.clone()));
         MessageStream {
             shared,
             subprotocol,
@@ -188,15 +203,68 @@ impl MessageStream {
             return Err(ErrorCode::WouldBlock);
         }
         st.blocked_len = 0;
-        st.outbound_bytes += len;
-        self.shared.stats.add_buffered(len);
-        st.outbound.push_back(match message {
+        let mut message = Some(match message {
             Message::Text(t) => WsMessage::Text(t.into()),
             Message::Binary(b) => WsMessage::Binary(b.into()),
         });
+        if st.outbound.is_empty() && !st.flush_pending && !st.inline_sent {
+            // Fast path for the first send after the guest yielded: the
+            // writer task is idle, so write from here and save a task hop
+            // on every round trip.
+            st.inline_sent = true;
+            drop(st);
+            self.shared.outbound_work.wake();
+            match self.write_now(&mut message) {
+                Ok(true) => return Ok(()),
+                Ok(false) => {}
+                Err(e) => {
+                    let code = classify(e);
+                    self.shared.lock().write_error = Some(code.clone());
+                    self.shared.writable.wake();
+                    return Err(code);
+                }
+            }
+            st = self.shared.lock();
+        }
+        if let Some(message) = message {
+            st.outbound_bytes += len;
+            self.shared.stats.add_buffered(len);
+            st.outbound.push_back(message);
+        }
         drop(st);
         self.shared.outbound_work.wake();
         Ok(())
+    }
+
+    /// Tries to hand `message` to tungstenite and flush it without waiting.
+    /// Takes the message when tungstenite accepted it; returns true when
+    /// nothing is left for the writer task to do.
+    fn write_now(&self, message: &mut Option<WsMessage>) -> Result<bool, tungstenite::Error> {
+        let Ok(mut sink) = self.shared.sink.try_lock() else {
+            return Ok(false);
+        };
+        let mut cx = Context::from_waker(Waker::noop());
+        // A noop waker may replace the writer task's socket waker; the
+        // writer task is idle (nothing queued, nothing to flush), and it is
+        // woken explicitly whenever work is left for it below.
+        match sink.as_mut().poll_ready(&mut cx) {
+            Poll::Ready(Ok(())) => {}
+            Poll::Ready(Err(e)) => return Err(e),
+            Poll::Pending => {
+                self.shared.lock().flush_pending = true;
+                return Ok(false);
+            }
+        }
+        sink.as_mut()
+            .start_send(message.take().expect("message present"))?;
+        match sink.as_mut().poll_flush(&mut cx) {
+            Poll::Ready(Ok(())) => Ok(true),
+            Poll::Ready(Err(e)) => Err(e),
+            Poll::Pending => {
+                self.shared.lock().flush_pending = true;
+                Ok(false)
+            }
+        }
     }
 
     /// Takes the next message; see the WIT `receive`.
@@ -253,6 +321,12 @@ impl MessageStream {
     /// The close frame that ended the stream, once it has ended.
     pub fn close_info(&self) -> Option<CloseInfo> {
         self.shared.lock().close_info.clone()
+    }
+
+    /// Waits until `receive` would return something (for native callers).
+    pub async fn wait_readable(&self) {
+        let shared = &self.shared;
+        shared.readable.wait_until(|| shared.can_receive()).await;
     }
 
     /// Bytes waiting in the inbound and outbound queues (for tests and
@@ -373,73 +447,106 @@ where
     shared.outbound_work.wake();
 }
 
-async fn write_loop<S>(mut tx: SplitSink<WebSocketStream<S>, WsMessage>, shared: Arc<Shared>)
-where
-    S: AsyncRead + AsyncWrite + Unpin,
-{
+enum Drained {
+    /// Queue empty and flushed.
+    Idle,
+    /// The close frame went out.
+    CloseSent,
+}
+
+/// Feeds every queued message to tungstenite, then flushes once the queue
+/// is empty (or right after a close frame).
+fn drive(shared: &Shared, cx: &mut Context<'_>) -> Poll<Result<Drained, tungstenite::Error>> {
+    let mut sink = shared.sink.lock().unwrap_or_else(|e| e.into_inner());
     loop {
-        let mut next = None;
+        if !shared.lock().outbound.is_empty() {
+            ready!(sink.as_mut().poll_ready(cx))?;
+            let message = {
+                let mut st = shared.lock();
+                let m = st.outbound.pop_front().expect("checked above");
+                let len = match &m {
+                    WsMessage::Text(t) => t.len(),
+                    WsMessage::Binary(b) => b.len(),
+                    _ => 0,
+                };
+                st.outbound_bytes -= len;
+                shared.stats.sub_buffered(len);
+                st.flush_pending = true;
+                m
+            };
+            shared.writable.wake();
+            let is_close = message.is_close();
+            sink.as_mut().start_send(message)?;
+            if is_close {
+                ready!(sink.as_mut().poll_flush(cx))?;
+                return Poll::Ready(Ok(Drained::CloseSent));
+            }
+            continue;
+        }
+        ready!(sink.as_mut().poll_flush(cx))?;
+        let mut st = shared.lock();
+        if st.outbound.is_empty() {
+            st.flush_pending = false;
+            return Poll::Ready(Ok(Drained::Idle));
+        }
+    }
+}
+
+async fn write_loop(shared: Arc<Shared>) {
+    loop {
+        let mut ended = false;
         shared
             .outbound_work
             .wait_until(|| {
-                let mut st = shared.lock();
-                next = st.outbound.pop_front();
-                next.is_some() || st.read_end.is_some()
+                let st = shared.lock();
+                ended = st.read_end.is_some();
+                !st.outbound.is_empty() || st.flush_pending || st.inline_sent || ended
             })
             .await;
-        let Some(message) = next else { return };
-        let len = match &message {
-            WsMessage::Text(t) => t.len(),
-            WsMessage::Binary(b) => b.len(),
-            _ => 0,
-        };
-        let is_close = message.is_close();
-        let fed = tx.feed(message).await;
-        let drained = {
+        {
             let mut st = shared.lock();
-            st.outbound_bytes -= len;
-            shared.stats.sub_buffered(len);
-            st.outbound.is_empty()
-        };
-        shared.writable.wake();
-        // Write everything queued; flush as soon as the queue is empty.
-        let result = match fed {
-            Ok(()) if drained || is_close => tx.flush().await,
-            other => other,
-        };
-        if let Err(e) = result {
-            let code = classify(e);
-            if !matches!(code, ErrorCode::Closed) {
-                tracing::debug!("websocket write failed: {code:?}");
+            // This task runs only once the guest yields: end of the burst.
+            st.inline_sent = false;
+            if st.outbound.is_empty() && !st.flush_pending && ended {
+                return;
             }
-            shared.lock().write_error = Some(code);
-            shared.writable.wake();
-            return;
         }
-        if is_close {
-            // Wait for the peer's close frame, then end the connection.
-            let done = tokio::time::timeout(
-                shared.close_timeout,
-                shared
-                    .readable
-                    .wait_until(|| shared.lock().read_end.is_some()),
-            )
-            .await;
-            if done.is_err() {
-                if let Some(reader) = shared.reader.lock().unwrap().take() {
-                    reader.abort();
+        match std::future::poll_fn(|cx| drive(&shared, cx)).await {
+            Ok(Drained::Idle) => {}
+            Ok(Drained::CloseSent) => {
+                // Wait for the peer's close frame, then end the connection.
+                let done = tokio::time::timeout(
+                    shared.close_timeout,
+                    shared
+                        .readable
+                        .wait_until(|| shared.lock().read_end.is_some()),
+                )
+                .await;
+                if done.is_err() {
+                    if let Some(reader) = shared.reader.lock().unwrap().take() {
+                        reader.abort();
+                    }
+                    let mut st = shared.lock();
+                    st.read_end.get_or_insert(ErrorCode::Closed);
+                    st.close_info.get_or_insert(CloseInfo {
+                        code: CLOSE_ABNORMAL,
+                        reason: "peer did not answer the close frame".into(),
+                    });
+                    drop(st);
+                    shared.readable.wake();
+                    shared.writable.wake();
                 }
-                let mut st = shared.lock();
-                st.read_end.get_or_insert(ErrorCode::Closed);
-                st.close_info.get_or_insert(CloseInfo {
-                    code: CLOSE_ABNORMAL,
-                    reason: "peer did not answer the close frame".into(),
-                });
-                drop(st);
-                shared.readable.wake();
-                shared.writable.wake();
+                return;
             }
-            return;
+            Err(e) => {
+                let code = classify(e);
+                if !matches!(code, ErrorCode::Closed) {
+                    tracing::debug!("websocket write failed: {code:?}");
+                }
+                shared.lock().write_error = Some(code);
+                shared.writable.wake();
+                return;
+            }
         }
     }
 }
