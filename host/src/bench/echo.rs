@@ -13,7 +13,6 @@ use tokio_tungstenite::tungstenite::Message;
 
 use crate::runner::{GuestIo, Runner};
 
-
 /// The workload: counts and sizes (bytes) of each phase.
 #[derive(Clone, Copy, Debug)]
 pub struct Workload {
@@ -278,24 +277,43 @@ fn rate(p: (usize, usize, Duration)) -> (f64, f64) {
 /// messages/s and MB/s (10^6 bytes; echoed bytes counted once).
 #[derive(Debug, Serialize)]
 pub struct Report {
+    /// Guest round trip, median, us.
     pub rtt_us_p50: f64,
+    /// Guest round trip, 99th percentile, us.
     pub rtt_us_p99: f64,
+    /// Native client round trip, median, us.
     pub native_rtt_us_p50: f64,
+    /// Native client round trip, 99th percentile, us.
     pub native_rtt_us_p99: f64,
+    /// `rtt_us_p50 / native_rtt_us_p50`.
     pub ratio_p50: f64,
+    /// `rtt_us_p99 / native_rtt_us_p99`.
     pub ratio_p99: f64,
+    /// Guest: two back-to-back sends then both echoes, median, us.
     pub nagle_us_p50: f64,
+    /// Guest: the same, 99th percentile, us (must stay under 1 ms).
     pub nagle_us_p99: f64,
+    /// Native: two sends then both echoes, median, us.
     pub native_nagle_us_p50: f64,
+    /// Native: the same, 99th percentile, us.
     pub native_nagle_us_p99: f64,
+    /// Guest: small pipelined messages echoed per second.
     pub msgs_per_s: f64,
+    /// Native: small pipelined messages echoed per second.
     pub native_msgs_per_s: f64,
+    /// `msgs_per_s / native_msgs_per_s`.
     pub msgs_ratio: f64,
+    /// Guest: large-message echo throughput, MB/s (10^6 bytes).
     pub mb_per_s: f64,
+    /// Native: large-message echo throughput, MB/s.
     pub native_mb_per_s: f64,
+    /// `mb_per_s / native_mb_per_s`.
     pub mb_ratio: f64,
+    /// Round-trip samples per side.
     pub rtt_samples: usize,
+    /// Size of the pipelined small messages, bytes.
     pub message_bytes: usize,
+    /// Size of the large messages, bytes.
     pub bulk_message_bytes: usize,
 }
 
