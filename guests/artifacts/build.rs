@@ -8,6 +8,8 @@ use std::process::Command;
 const GUESTS: &[(&str, &str)] = &[
     ("tether-guest-echo", "echo"),
     ("tether-guest-probe", "probe"),
+    ("tether-guest-conformance", "conformance-suite"),
+    ("tether-guest-jmux", "jmux"),
 ];
 
 fn main() {

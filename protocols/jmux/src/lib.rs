@@ -18,6 +18,9 @@
 //!   with 50 us spacing, 1 ms backstop from the first unflushed byte, a
 //!   bounded buffer that pushes back instead of dropping (latency lessons 1
 //!   and 4).
+//! - [`proxy`]: the jetsocat-style front end of a JMUX proxy, also without
+//!   I/O: the `jmux-proxy` command line, the target filter (`--allow`), and
+//!   the SOCKS5 and HTTP proxy handshakes of its listeners.
 //!
 //! # Driving a session
 //!
@@ -50,6 +53,7 @@
 
 pub mod channel;
 pub mod codec;
+pub mod proxy;
 pub mod sender;
 pub mod session;
 

@@ -1,0 +1,899 @@
+//! The JMUX proxy guest: `jetsocat jmux-proxy` as a component.
+//!
+//! ```text
+//! jmux [jmux-proxy] <PIPE> [<LISTENER>...] [--allow-all | --allow RULE...]
+//! ```
+//!
+//! (see `tether_jmux::proxy::cli` for the forms). One side listens for TCP
+//! clients (fixed-target, SOCKS5 or HTTP proxy listeners) and opens a JMUX
+//! channel per connection; the other side opens each requested target
+//! through the host's `tcp` interface, so the host's policy and TCP_NODELAY
+//! apply, with `--allow` rules as an extra guest-side filter.
+//!
+//! This is a thin driver over the sans-IO `tether-jmux` session: one loop,
+//! and one `wasi:io/poll` call per iteration over everything that can wake
+//! it (the pipe, every channel's input stream, output streams that were
+//! full, listeners, connects in progress, handshakes) plus a
+//! monotonic-clock pollable only when the session has a deadline (the
+//! sender's 50 us drain spacing or 1 ms backstop). No periodic tick.
+
+mod pipe;
+
+use std::process::ExitCode;
+use std::time::Instant;
+
+use tether_guest_sdk::{
+    self as sdk, ErrorCode, InputStream, OutputStream, Pollable, StreamError, monotonic_clock, tcp,
+};
+use tether_jmux::proxy::cli::{self, ListenerSpec, ProxyArgs};
+use tether_jmux::proxy::rules::TargetFilter;
+use tether_jmux::proxy::{http, socks5};
+use tether_jmux::{
+    ChannelError, ChannelId, Config, Destination, DestinationError, Event, ReasonCode, Session,
+};
+
+use pipe::{Pipe, Read, Wrote, stream_error};
+
+/// Largest read from a channel's TCP input, bytes (the host's default read
+/// chunk).
+const TCP_READ: u64 = 64 * 1024;
+/// Reads per channel per loop iteration, so one busy channel cannot starve
+/// the others.
+const READS_PER_TURN: usize = 4;
+/// Pipe bytes handled per loop iteration before local work gets a turn.
+const PIPE_BYTES_PER_TURN: usize = 512 * 1024;
+/// Largest SOCKS5/HTTP handshake read, bytes.
+const HANDSHAKE_READ: u64 = 16 * 1024;
+/// WebSocket close code for a JMUX protocol error from the peer.
+const CLOSE_PROTOCOL_ERROR: u16 = 4002;
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let args = match cli::parse_args(&args) {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("jmux: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    match run(args) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("jmux: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(args: ProxyArgs) -> Result<(), String> {
+    let pipe = Pipe::open(&args.pipe)?;
+    let mut listeners = Vec::new();
+    for spec in args.listeners {
+        let listener = tcp::listen(spec.bind())
+            .map_err(|e| format!("listener {}: {}", spec.bind(), sdk::describe(&e)))?;
+        eprintln!(
+            "jmux: {} listener on {}",
+            match &spec {
+                ListenerSpec::Tcp { target, .. } => format!("tcp ({target})"),
+                ListenerSpec::Socks5 { .. } => "socks5".into(),
+                ListenerSpec::Http { .. } => "http".into(),
+            },
+            listener.local_address()
+        );
+        listeners.push(Listener {
+            ready: listener.subscribe(),
+            listener,
+            spec,
+        });
+    }
+    let session = Session::new(Config::default()).map_err(|e| e.to_string())?;
+    let mut proxy = Proxy {
+        session,
+        pipe,
+        pipe_readable: true,
+        pipe_blocked: false,
+        listeners,
+        handshakes: Vec::new(),
+        connects: Vec::new(),
+        chans: Vec::new(),
+        filter: args.filter,
+        timer: None,
+    };
+    let end = proxy.run();
+    match &end {
+        Ok(()) => eprintln!("jmux: pipe closed, session over"),
+        Err(e) => proxy.pipe.close(CLOSE_PROTOCOL_ERROR, e),
+    }
+    end
+}
+
+/// A TCP connection with its pollables (declared first: dropped first).
+struct Conn {
+    rx: Pollable,
+    tx: Pollable,
+    input: InputStream,
+    output: OutputStream,
+    stream: tcp::ByteStream,
+}
+
+impl Conn {
+    fn new((stream, input, output): (tcp::ByteStream, InputStream, OutputStream)) -> Conn {
+        Conn {
+            rx: input.subscribe(),
+            tx: output.subscribe(),
+            input,
+            output,
+            stream,
+        }
+    }
+
+    /// Writes what fits of `bytes` now (best effort, for short replies
+    /// before a close).
+    fn write_some(&self, bytes: &[u8]) {
+        if let Ok(permit) = self.output.check_write() {
+            let n = bytes.len().min(permit as usize);
+            let _ = self.output.write(&bytes[..n]);
+        }
+    }
+}
+
+struct Listener {
+    ready: Pollable,
+    listener: tcp::ByteListener,
+    spec: ListenerSpec,
+}
+
+/// A client connection in its SOCKS5 or HTTP proxy handshake.
+struct Handshake {
+    conn: Conn,
+    kind: HandshakeKind,
+    readable: bool,
+}
+
+enum HandshakeKind {
+    Socks(socks5::Socks5Handshake),
+    Http(Vec<u8>),
+}
+
+/// What the client must hear once its channel opens.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Greeting {
+    None,
+    Socks,
+    HttpConnect,
+}
+
+/// A target connect in progress (accepting side).
+struct Connecting {
+    ready: Pollable,
+    future: tcp::FutureByteStream,
+    id: ChannelId,
+    target: String,
+    done: bool,
+}
+
+/// One JMUX channel and its TCP connection.
+struct Chan {
+    conn: Conn,
+    /// The JMUX channel is open (we accepted it, or OPEN SUCCESS came).
+    opened: bool,
+    greeting: Greeting,
+    /// Bytes for the TCP side ahead of the channel's data (a SOCKS5 or
+    /// HTTP CONNECT reply).
+    out: Vec<u8>,
+    /// Bytes read from TCP that the session has not taken yet.
+    pending: Vec<u8>,
+    pending_off: usize,
+    /// The session cut a send short for lack of credit: wait for
+    /// `Event::Writable`.
+    send_blocked: bool,
+    /// The input stream may have bytes (last poll said so, or untried).
+    readable: bool,
+    read_eof: bool,
+    eof_sent: bool,
+    /// The channel can no longer send (peer CLOSE, local abort).
+    read_stopped: bool,
+    /// The output stream may have room.
+    writable: bool,
+    peer_eof: bool,
+    shut: bool,
+}
+
+impl Chan {
+    fn new(conn: Conn, opened: bool, greeting: Greeting, pending: Vec<u8>) -> Chan {
+        Chan {
+            conn,
+            opened,
+            greeting,
+            out: Vec::new(),
+            pending,
+            pending_off: 0,
+            send_blocked: false,
+            readable: true,
+            read_eof: false,
+            eof_sent: false,
+            read_stopped: false,
+            writable: true,
+            peer_eof: false,
+            shut: false,
+        }
+    }
+
+    fn wants_read(&self) -> bool {
+        self.opened
+            && !self.readable
+            && !self.read_eof
+            && !self.read_stopped
+            && self.pending_off >= self.pending.len()
+    }
+}
+
+/// What a ready pollable belongs to.
+#[derive(Clone, Copy)]
+enum Wake {
+    PipeRx,
+    PipeTx,
+    Listener,
+    Handshake(usize),
+    Connect,
+    ChanRead(usize),
+    ChanWrite(usize),
+    Timer,
+}
+
+struct Proxy {
+    session: Session,
+    pipe: Pipe,
+    pipe_readable: bool,
+    pipe_blocked: bool,
+    listeners: Vec<Listener>,
+    handshakes: Vec<Handshake>,
+    connects: Vec<Connecting>,
+    /// Indexed by channel id.
+    chans: Vec<Option<Chan>>,
+    filter: TargetFilter,
+    /// The clock pollable and the deadline it was made for (re-armed only
+    /// when the deadline changes).
+    timer: Option<(Instant, Pollable)>,
+}
+
+/// `ip:port` / `[v6]:port` for the host's `tcp.connect`.
+fn host_port(d: &Destination) -> String {
+    if d.host.contains(':') {
+        format!("[{}]:{}", d.host, d.port)
+    } else {
+        format!("{}:{}", d.host, d.port)
+    }
+}
+
+/// The OPEN FAILURE reason for a failed target connect.
+fn reason_for(e: &ErrorCode) -> ReasonCode {
+    match e {
+        ErrorCode::Denied(_) => ReasonCode::NotAllowedByRuleSet,
+        ErrorCode::InvalidUrl(_) => ReasonCode::AddressTypeNotSupported,
+        ErrorCode::DnsFailure(_) => ReasonCode::HostUnreachable,
+        ErrorCode::ConnectionRefused(_) => ReasonCode::ConnectionRefused,
+        ErrorCode::Timeout => ReasonCode::TtlExpired,
+        ErrorCode::Other(text) => {
+            let t = text.to_ascii_lowercase();
+            if t.contains("network is unreachable") {
+                ReasonCode::NetworkUnreachable
+            } else if t.contains("no route to host") || t.contains("host is unreachable") {
+                ReasonCode::HostUnreachable
+            } else {
+                ReasonCode::GeneralFailure
+            }
+        }
+        _ => ReasonCode::GeneralFailure,
+    }
+}
+
+impl Proxy {
+    fn chan(&mut self, id: ChannelId) -> Option<&mut Chan> {
+        self.chans.get_mut(id.0 as usize)?.as_mut()
+    }
+
+    fn insert_chan(&mut self, id: ChannelId, chan: Chan) {
+        let i = id.0 as usize;
+        if self.chans.len() <= i {
+            self.chans.resize_with(i + 1, || None);
+        }
+        self.chans[i] = Some(chan);
+    }
+
+    fn run(&mut self) -> Result<(), String> {
+        let mut ready: Vec<u32> = Vec::new();
+        let mut wakes: Vec<Wake> = Vec::new();
+        loop {
+            let now = Instant::now();
+            // Input from the pipe first: it carries credit and answers.
+            if self.pipe_readable && !self.read_pipe(now)? {
+                return Ok(());
+            }
+            self.process_events();
+            self.accept(now);
+            self.progress_handshakes(now);
+            self.progress_connects();
+            self.process_events();
+            self.pump_channels(now)?;
+            // Drain point: everything ready was handled. Events raised by
+            // the pumps or the flush (Writable, Closed) mean another turn.
+            let mut busy = self.process_events();
+            if self.session.poll_flush(now) {
+                self.write_pipe()?;
+            }
+            busy |= self.process_events();
+            busy |= self.pipe_readable;
+            if busy {
+                continue;
+            }
+            // Sleep until I/O or the session's deadline.
+            let deadline = self.session.next_deadline();
+            if let Some(d) = deadline {
+                if d <= Instant::now() {
+                    self.session.handle_timeout(now);
+                    if self.session.poll_flush_busy(Instant::now()) {
+                        self.write_pipe()?;
+                    }
+                    continue;
+                }
+                if self.timer.as_ref().is_none_or(|(at, _)| *at != d) {
+                    let wait = d.saturating_duration_since(Instant::now());
+                    let at = monotonic_clock::now().saturating_add(wait.as_nanos() as u64);
+                    self.timer = Some((d, monotonic_clock::subscribe_instant(at)));
+                }
+            } else {
+                self.timer = None;
+            }
+            wakes.clear();
+            let mut list: Vec<&Pollable> = Vec::new();
+            list.push(self.pipe.rx());
+            wakes.push(Wake::PipeRx);
+            if self.pipe_blocked {
+                list.push(self.pipe.tx());
+                wakes.push(Wake::PipeTx);
+            }
+            for l in &self.listeners {
+                list.push(&l.ready);
+                wakes.push(Wake::Listener);
+            }
+            for (i, h) in self.handshakes.iter().enumerate() {
+                list.push(&h.conn.rx);
+                wakes.push(Wake::Handshake(i));
+            }
+            for c in &self.connects {
+                list.push(&c.ready);
+                wakes.push(Wake::Connect);
+            }
+            for (i, chan) in self.chans.iter().enumerate() {
+                let Some(chan) = chan else { continue };
+                if chan.wants_read() && !chan.send_blocked {
+                    list.push(&chan.conn.rx);
+                    wakes.push(Wake::ChanRead(i));
+                }
+                if !chan.writable {
+                    list.push(&chan.conn.tx);
+                    wakes.push(Wake::ChanWrite(i));
+                }
+            }
+            if let Some((_, timer)) = &self.timer {
+                list.push(timer);
+                wakes.push(Wake::Timer);
+            }
+            ready.clear();
+            ready.extend(sdk::poll(&list));
+            drop(list);
+            for &i in &ready {
+                match wakes[i as usize] {
+                    Wake::PipeRx => self.pipe_readable = true,
+                    Wake::PipeTx => self.pipe_blocked = false,
+                    Wake::Listener | Wake::Connect | Wake::Timer => {}
+                    Wake::Handshake(h) => self.handshakes[h].readable = true,
+                    Wake::ChanRead(c) => {
+                        if let Some(chan) = self.chans[c].as_mut() {
+                            chan.readable = true;
+                        }
+                    }
+                    Wake::ChanWrite(c) => {
+                        if let Some(chan) = self.chans[c].as_mut() {
+                            chan.writable = true;
+                        }
+                    }
+                }
+            }
+            if self.pipe_blocked {
+                // Still blocked: nothing to flush until the pipe has room.
+                continue;
+            }
+            if !self.session.transmit().is_empty() {
+                self.write_pipe()?;
+            }
+        }
+    }
+
+    /// Feeds what the pipe has to the session. Returns `false` once the
+    /// pipe closed normally.
+    ///
+    /// Errors: pipe failure, or the session's protocol error (naming the
+    /// offending message).
+    fn read_pipe(&mut self, now: Instant) -> Result<bool, String> {
+        let mut taken = 0;
+        while taken < PIPE_BYTES_PER_TURN {
+            match self.pipe.read()? {
+                Read::Bytes(b) => {
+                    taken += b.len();
+                    self.session
+                        .handle_input(now, &b)
+                        .map_err(|e| format!("session ended: {e}"))?;
+                }
+                Read::Empty => {
+                    self.pipe_readable = false;
+                    return Ok(true);
+                }
+                Read::Closed => return Ok(false),
+            }
+        }
+        Ok(true)
+    }
+
+    /// Writes what the session has for the pipe until it is empty or the
+    /// pipe is full.
+    fn write_pipe(&mut self) -> Result<(), String> {
+        while !self.pipe_blocked {
+            let out = self.session.transmit();
+            if out.is_empty() {
+                break;
+            }
+            match self.pipe.write(out)? {
+                Wrote::Bytes(n) => self.session.advance_transmit(n),
+                Wrote::Blocked => self.pipe_blocked = true,
+            }
+        }
+        Ok(())
+    }
+
+    /// Handles the session's events. Returns whether there were any.
+    fn process_events(&mut self) -> bool {
+        let mut any = false;
+        while let Some(event) = self.session.poll_event() {
+            any = true;
+            match event {
+                Event::OpenRequest { id, destination } => self.on_open_request(id, destination),
+                Event::Opened { id } => {
+                    if let Some(chan) = self.chan(id) {
+                        chan.opened = true;
+                        chan.readable = true;
+                        match chan.greeting {
+                            Greeting::Socks => chan.out.extend_from_slice(&socks5::reply(None)),
+                            Greeting::HttpConnect => chan.out.extend_from_slice(http::CONNECT_OK),
+                            Greeting::None => {}
+                        }
+                    }
+                }
+                Event::OpenFailed {
+                    id,
+                    reason,
+                    description,
+                } => {
+                    let Some(chan) = self.chans.get_mut(id.0 as usize).and_then(Option::take)
+                    else {
+                        continue;
+                    };
+                    eprintln!("jmux: {id} refused by the peer: {reason}: {description}");
+                    match chan.greeting {
+                        Greeting::Socks => chan.conn.write_some(&socks5::reply(Some(reason))),
+                        Greeting::HttpConnect => chan
+                            .conn
+                            .write_some(&http::failure_response(reason, &description)),
+                        Greeting::None if !chan.pending.is_empty() => {
+                            // A plain proxy request whose origin failed.
+                            chan.conn
+                                .write_some(&http::failure_response(reason, &description));
+                        }
+                        Greeting::None => {}
+                    }
+                    let _ = chan.conn.stream.shutdown_send();
+                }
+                Event::Data { .. } => {}
+                Event::Eof { id } => {
+                    if let Some(chan) = self.chan(id) {
+                        chan.peer_eof = true;
+                    }
+                }
+                Event::Closed { id } => {
+                    if let Some(slot) = self.chans.get_mut(id.0 as usize) {
+                        *slot = None;
+                    }
+                }
+                Event::Writable { id } => {
+                    if let Some(chan) = self.chan(id) {
+                        chan.send_blocked = false;
+                    }
+                }
+                Event::Dropped {
+                    recipient_channel_id,
+                    message_type,
+                    reason,
+                } => {
+                    eprintln!(
+                        "jmux: dropped {message_type} for channel {recipient_channel_id}: {reason:?}"
+                    );
+                }
+            }
+        }
+        any
+    }
+
+    fn reject(&mut self, id: ChannelId, reason: ReasonCode, why: &str) {
+        eprintln!("jmux: refused OPEN ({id}): {reason}: {why}");
+        let _ = self.session.reject(id, reason, why);
+    }
+
+    /// The peer asked for a channel: check the target, then connect
+    /// through the host (which applies its own policy).
+    fn on_open_request(
+        &mut self,
+        id: ChannelId,
+        destination: Result<Destination, DestinationError>,
+    ) {
+        let dest = match destination {
+            Ok(d) => d,
+            Err(e) => {
+                return self.reject(id, ReasonCode::AddressTypeNotSupported, &e.to_string());
+            }
+        };
+        if !dest.is_tcp() {
+            let why = format!("unsupported scheme `{}` in {dest} (only tcp)", dest.scheme);
+            return self.reject(id, ReasonCode::AddressTypeNotSupported, &why);
+        }
+        if !self.filter.allows(&dest.host, dest.port) {
+            let why = format!("{dest} is not allowed by this proxy's --allow rules");
+            return self.reject(id, ReasonCode::NotAllowedByRuleSet, &why);
+        }
+        let target = host_port(&dest);
+        match tcp::connect(&target) {
+            Ok(future) => self.connects.push(Connecting {
+                ready: future.subscribe(),
+                future,
+                id,
+                target,
+                done: false,
+            }),
+            Err(e) => {
+                let why = format!("{target}: {}", sdk::describe(&e));
+                self.reject(id, reason_for(&e), &why);
+            }
+        }
+    }
+
+    fn progress_connects(&mut self) {
+        for i in 0..self.connects.len() {
+            let c = &mut self.connects[i];
+            let Some(result) = c.future.get() else {
+                continue;
+            };
+            c.done = true;
+            let (id, target) = (c.id, c.target.clone());
+            match result {
+                Ok(parts) => {
+                    if self.session.accept(id).is_ok() {
+                        self.insert_chan(
+                            id,
+                            Chan::new(Conn::new(parts), true, Greeting::None, Vec::new()),
+                        );
+                    }
+                }
+                Err(e) => {
+                    let why = format!("{target}: {}", sdk::describe(&e));
+                    self.reject(id, reason_for(&e), &why);
+                }
+            }
+        }
+        self.connects.retain(|c| !c.done);
+    }
+
+    /// Takes new client connections from the listeners.
+    fn accept(&mut self, now: Instant) {
+        for i in 0..self.listeners.len() {
+            loop {
+                let parts = match self.listeners[i].listener.accept() {
+                    Ok(Some(parts)) => parts,
+                    Ok(None) => break,
+                    Err(e) => {
+                        eprintln!("jmux: accept: {}", sdk::describe(&e));
+                        break;
+                    }
+                };
+                let conn = Conn::new(parts);
+                match &self.listeners[i].spec {
+                    ListenerSpec::Tcp { target, .. } => {
+                        let target = target.clone();
+                        self.open_channel(conn, &target, Greeting::None, Vec::new(), now);
+                    }
+                    ListenerSpec::Socks5 { .. } => self.handshakes.push(Handshake {
+                        conn,
+                        kind: HandshakeKind::Socks(socks5::Socks5Handshake::new()),
+                        readable: true,
+                    }),
+                    ListenerSpec::Http { .. } => self.handshakes.push(Handshake {
+                        conn,
+                        kind: HandshakeKind::Http(Vec::new()),
+                        readable: true,
+                    }),
+                }
+            }
+        }
+    }
+
+    fn open_channel(
+        &mut self,
+        conn: Conn,
+        dest: &Destination,
+        greeting: Greeting,
+        pending: Vec<u8>,
+        now: Instant,
+    ) {
+        match self.session.open(dest, now) {
+            Ok(id) => self.insert_chan(id, Chan::new(conn, false, greeting, pending)),
+            Err(e) => {
+                eprintln!("jmux: cannot open a channel to {dest}: {e}");
+                match greeting {
+                    Greeting::Socks => {
+                        conn.write_some(&socks5::reply(Some(ReasonCode::GeneralFailure)))
+                    }
+                    Greeting::HttpConnect => conn.write_some(&http::failure_response(
+                        ReasonCode::GeneralFailure,
+                        &e.to_string(),
+                    )),
+                    Greeting::None => {}
+                }
+            }
+        }
+    }
+
+    /// Moves SOCKS5 and HTTP proxy handshakes along; a finished one opens
+    /// its channel.
+    fn progress_handshakes(&mut self, now: Instant) {
+        let mut i = 0;
+        while i < self.handshakes.len() {
+            let h = &mut self.handshakes[i];
+            if !h.readable {
+                i += 1;
+                continue;
+            }
+            enum Outcome {
+                Wait,
+                Drop,
+                Open(Destination, Greeting, Vec<u8>),
+            }
+            let outcome = match h.conn.input.read(HANDSHAKE_READ) {
+                Ok(b) if b.is_empty() => {
+                    h.readable = false;
+                    Outcome::Wait
+                }
+                Err(_) => Outcome::Drop,
+                Ok(b) => match &mut h.kind {
+                    HandshakeKind::Socks(hs) => {
+                        let mut out = Vec::new();
+                        let result = hs.feed(&b, &mut out);
+                        if !out.is_empty() {
+                            h.conn.write_some(&out);
+                        }
+                        match result {
+                            Ok(None) => Outcome::Wait,
+                            Ok(Some(req)) => {
+                                Outcome::Open(req.destination, Greeting::Socks, req.leftover)
+                            }
+                            Err(e) => {
+                                eprintln!("jmux: SOCKS5 client refused: {e}");
+                                if let Some(reply) = e.reply() {
+                                    h.conn.write_some(&reply);
+                                }
+                                Outcome::Drop
+                            }
+                        }
+                    }
+                    HandshakeKind::Http(buf) => {
+                        buf.extend_from_slice(&b);
+                        match http::parse_request(buf) {
+                            Ok(None) => Outcome::Wait,
+                            Ok(Some((http::ProxyRequest::Connect { destination }, n))) => {
+                                Outcome::Open(destination, Greeting::HttpConnect, buf.split_off(n))
+                            }
+                            Ok(Some((
+                                http::ProxyRequest::Forward {
+                                    destination,
+                                    mut head,
+                                },
+                                n,
+                            ))) => {
+                                head.extend_from_slice(&buf[n..]);
+                                Outcome::Open(destination, Greeting::None, head)
+                            }
+                            Err(e) => {
+                                eprintln!("jmux: HTTP proxy client refused: {e}");
+                                h.conn.write_some(&e.response());
+                                Outcome::Drop
+                            }
+                        }
+                    }
+                },
+            };
+            match outcome {
+                Outcome::Wait => i += 1,
+                Outcome::Drop => {
+                    let h = self.handshakes.swap_remove(i);
+                    let _ = h.conn.stream.shutdown_send();
+                }
+                Outcome::Open(dest, greeting, pending) => {
+                    let h = self.handshakes.swap_remove(i);
+                    self.open_channel(h.conn, &dest, greeting, pending, now);
+                }
+            }
+        }
+    }
+
+    /// Moves bytes between every channel and its TCP connection.
+    fn pump_channels(&mut self, now: Instant) -> Result<(), String> {
+        for i in 0..self.chans.len() {
+            if self.chans[i].is_none() {
+                continue;
+            }
+            let id = ChannelId(i as u32);
+            self.pump_write(id);
+            self.pump_read(id, now)?;
+        }
+        Ok(())
+    }
+
+    /// JMUX -> TCP: the greeting, then everything the session holds for
+    /// the channel, in as few writes as the output stream allows; FIN once
+    /// the peer's EOF and every byte before it are written.
+    fn pump_write(&mut self, id: ChannelId) {
+        let Proxy { chans, session, .. } = self;
+        let Some(chan) = chans[id.0 as usize].as_mut() else {
+            return;
+        };
+        if !chan.opened {
+            return;
+        }
+        let mut failed = false;
+        while chan.writable {
+            let from_out = !chan.out.is_empty();
+            let data: &[u8] = if from_out {
+                &chan.out
+            } else {
+                session.peek(id).unwrap_or_default()
+            };
+            if data.is_empty() {
+                break;
+            }
+            let permit = match chan.conn.output.check_write() {
+                Ok(0) => {
+                    chan.writable = false;
+                    break;
+                }
+                Ok(p) => p as usize,
+                Err(e) => {
+                    eprintln!(
+                        "jmux: {id}: write to the TCP side failed: {}",
+                        stream_error(&e)
+                    );
+                    failed = true;
+                    break;
+                }
+            };
+            let n = data.len().min(permit);
+            if let Err(e) = chan.conn.output.write(&data[..n]) {
+                eprintln!(
+                    "jmux: {id}: write to the TCP side failed: {}",
+                    stream_error(&e)
+                );
+                failed = true;
+                break;
+            }
+            if from_out {
+                chan.out.drain(..n);
+            } else {
+                let _ = session.consume(id, n);
+            }
+        }
+        if failed {
+            chan.read_stopped = true;
+            chan.writable = true;
+            let _ = session.abort(id);
+            return;
+        }
+        if chan.peer_eof
+            && !chan.shut
+            && chan.out.is_empty()
+            && session.peek(id).is_ok_and(<[u8]>::is_empty)
+        {
+            chan.shut = true;
+            let _ = chan.conn.stream.shutdown_send();
+        }
+    }
+
+    /// TCP -> JMUX: hands what was read to the session (as its credit and
+    /// output room allow, flushing when the output buffer fills), reads
+    /// more, and sends EOF at the end of the stream.
+    fn pump_read(&mut self, id: ChannelId, now: Instant) -> Result<(), String> {
+        let idx = id.0 as usize;
+        for _ in 0..READS_PER_TURN {
+            let Some(chan) = self.chans[idx].as_mut() else {
+                return Ok(());
+            };
+            if !chan.opened || chan.read_stopped {
+                return Ok(());
+            }
+            if chan.pending_off < chan.pending.len() {
+                if chan.send_blocked {
+                    return Ok(());
+                }
+                match self
+                    .session
+                    .send_data(id, &chan.pending[chan.pending_off..], now)
+                {
+                    Ok(n) => chan.pending_off += n,
+                    Err(ChannelError::SendClosed(_)) => {
+                        chan.read_stopped = true;
+                        chan.pending = Vec::new();
+                        chan.pending_off = 0;
+                        return Ok(());
+                    }
+                    Err(e) => {
+                        eprintln!("jmux: {id}: {e}");
+                        chan.read_stopped = true;
+                        return Ok(());
+                    }
+                }
+                if chan.pending_off < chan.pending.len() {
+                    // Cut short: by output room (flush, then go on) or by
+                    // the peer's window (wait for WINDOW ADJUST).
+                    if self.session.poll_flush_busy(now) {
+                        self.write_pipe()?;
+                        if !self.pipe_blocked {
+                            continue;
+                        }
+                    }
+                    let chan = self.chans[idx].as_mut().expect("checked");
+                    chan.send_blocked = true;
+                    return Ok(());
+                }
+                chan.pending = Vec::new();
+                chan.pending_off = 0;
+            }
+            if chan.read_eof {
+                if !chan.eof_sent {
+                    chan.eof_sent = true;
+                    let _ = self.session.shutdown(id);
+                }
+                return Ok(());
+            }
+            if !chan.readable {
+                return Ok(());
+            }
+            match chan.conn.input.read(TCP_READ) {
+                Ok(b) if b.is_empty() => {
+                    chan.readable = false;
+                    return Ok(());
+                }
+                Ok(b) => {
+                    chan.pending = b;
+                    chan.pending_off = 0;
+                }
+                Err(StreamError::Closed) => chan.read_eof = true,
+                Err(StreamError::LastOperationFailed(e)) => {
+                    eprintln!(
+                        "jmux: {id}: read from the TCP side failed: {}",
+                        e.to_debug_string()
+                    );
+                    chan.read_stopped = true;
+                    let _ = self.session.abort(id);
+                    return Ok(());
+                }
+            }
+        }
+        Ok(())
+    }
+}

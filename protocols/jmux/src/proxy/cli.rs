@@ -1,0 +1,302 @@
+//! The `jmux-proxy` command line, as `jetsocat` users know it:
+//!
+//! ```text
+//! [jmux-proxy] <PIPE> [<LISTENER>...] [--allow-all | --allow RULE...]
+//! ```
+//!
+//! - PIPE: `ws://URL`, `wss://URL` (dial a WebSocket), `ws-listen://BIND`
+//!   (accept one WebSocket), `tcp://HOST:PORT` (dial), `tcp-listen://BIND`
+//!   (accept one TCP connection).
+//! - LISTENER: `tcp-listen://BIND/HOST:PORT` (every accepted connection
+//!   becomes a channel to the fixed target), `socks5-listen://BIND` (SOCKS5
+//!   CONNECT, no authentication), `http-listen://BIND` (HTTP CONNECT and
+//!   plain proxy requests).
+//! - `--allow-all` lets the accepting side open any target (the host's
+//!   policy still applies); `--allow RULE` (repeatable, see
+//!   [`super::rules`]) opens only matching targets; with neither every OPEN
+//!   is refused with reason 2.
+//!
+//! `BIND` is `ip:port` (port 0 for an ephemeral port).
+//!
+//! Source: JMUX spec, "How people run it (jetsocat)".
+
+use std::net::SocketAddr;
+
+use super::rules::{AllowRule, RuleError, TargetFilter};
+use crate::codec::Destination;
+
+/// Usage text for error messages and `--help`.
+pub const USAGE: &str = "usage: jmux-proxy <PIPE> [<LISTENER>...] [--allow-all | --allow RULE...]
+  PIPE:      ws://URL | wss://URL | ws-listen://BIND | tcp://HOST:PORT | tcp-listen://BIND
+  LISTENER:  tcp-listen://BIND/HOST:PORT | socks5-listen://BIND | http-listen://BIND
+  --allow-all      open any target the host allows
+  --allow RULE     open targets matching HOST:PORT (repeatable; *, *.suffix, IP, CIDR; PORT, LO-HI, *)
+  BIND is ip:port (port 0: ephemeral)";
+
+/// The byte pipe that carries the JMUX session.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PipeSpec {
+    /// Dial a WebSocket (`ws://` or `wss://`); the full URL.
+    WsConnect(String),
+    /// Accept one WebSocket on `ip:port`.
+    WsListen(String),
+    /// Dial TCP `host:port`.
+    TcpConnect(String),
+    /// Accept one TCP connection on `ip:port`.
+    TcpListen(String),
+}
+
+/// A local listener whose connections become JMUX channels.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ListenerSpec {
+    /// `tcp-listen://BIND/HOST:PORT`: every connection to the fixed target.
+    Tcp {
+        /// `ip:port` to bind.
+        bind: String,
+        /// Where each channel goes.
+        target: Destination,
+    },
+    /// `socks5-listen://BIND`: SOCKS5 CONNECT, no authentication.
+    Socks5 {
+        /// `ip:port` to bind.
+        bind: String,
+    },
+    /// `http-listen://BIND`: HTTP CONNECT and plain proxy requests.
+    Http {
+        /// `ip:port` to bind.
+        bind: String,
+    },
+}
+
+impl ListenerSpec {
+    /// The `ip:port` this listener binds.
+    pub fn bind(&self) -> &str {
+        match self {
+            ListenerSpec::Tcp { bind, .. }
+            | ListenerSpec::Socks5 { bind }
+            | ListenerSpec::Http { bind } => bind,
+        }
+    }
+}
+
+/// A parsed `jmux-proxy` command line.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ProxyArgs {
+    /// The pipe.
+    pub pipe: PipeSpec,
+    /// Listeners, in command-line order.
+    pub listeners: Vec<ListenerSpec>,
+    /// Which targets the accepting side opens.
+    pub filter: TargetFilter,
+}
+
+/// A command line that cannot be used.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CliError {
+    /// No PIPE argument.
+    #[error("missing <PIPE>\n{USAGE}")]
+    MissingPipe,
+    /// The PIPE argument is not one of the pipe forms.
+    #[error("`{0}` is not a pipe (ws://, wss://, ws-listen://, tcp://, tcp-listen://)\n{USAGE}")]
+    BadPipe(String),
+    /// A LISTENER argument is not one of the listener forms.
+    #[error("`{arg}` is not a listener: {why}\n{USAGE}")]
+    BadListener {
+        /// The argument.
+        arg: String,
+        /// What is wrong.
+        why: String,
+    },
+    /// An `--allow` rule does not parse.
+    #[error(transparent)]
+    BadRule(#[from] RuleError),
+    /// An unknown option, or one missing its value.
+    #[error("{0}\n{USAGE}")]
+    BadOption(String),
+    /// `--allow-all` together with `--allow`.
+    #[error("--allow-all and --allow exclude each other")]
+    AllowConflict,
+}
+
+fn bind_addr(text: &str) -> Result<String, String> {
+    text.parse::<SocketAddr>()
+        .map(|_| text.to_owned())
+        .map_err(|_| format!("`{text}` is not an ip:port bind address"))
+}
+
+fn parse_pipe(arg: &str) -> Result<PipeSpec, CliError> {
+    let bad = || CliError::BadPipe(arg.to_owned());
+    if arg.starts_with("ws://") || arg.starts_with("wss://") {
+        return Ok(PipeSpec::WsConnect(arg.to_owned()));
+    }
+    if let Some(rest) = arg.strip_prefix("ws-listen://") {
+        return bind_addr(rest.trim_end_matches('/'))
+            .map(PipeSpec::WsListen)
+            .map_err(|_| bad());
+    }
+    if let Some(rest) = arg.strip_prefix("tcp-listen://") {
+        return bind_addr(rest).map(PipeSpec::TcpListen).map_err(|_| bad());
+    }
+    if let Some(rest) = arg.strip_prefix("tcp://") {
+        return match Destination::parse(arg) {
+            Ok(_) => Ok(PipeSpec::TcpConnect(rest.to_owned())),
+            Err(_) => Err(bad()),
+        };
+    }
+    Err(bad())
+}
+
+fn parse_listener(arg: &str) -> Result<ListenerSpec, CliError> {
+    let bad = |why: String| CliError::BadListener {
+        arg: arg.to_owned(),
+        why,
+    };
+    if let Some(rest) = arg.strip_prefix("tcp-listen://") {
+        let (bind, target) = rest
+            .split_once('/')
+            .ok_or_else(|| bad("expected tcp-listen://BIND/HOST:PORT".into()))?;
+        let target = Destination::parse(&format!("tcp://{target}"))
+            .map_err(|e| bad(format!("target: {}", e.kind)))?;
+        return Ok(ListenerSpec::Tcp {
+            bind: bind_addr(bind).map_err(bad)?,
+            target,
+        });
+    }
+    if let Some(rest) = arg.strip_prefix("socks5-listen://") {
+        return Ok(ListenerSpec::Socks5 {
+            bind: bind_addr(rest.trim_end_matches('/')).map_err(bad)?,
+        });
+    }
+    if let Some(rest) = arg.strip_prefix("http-listen://") {
+        return Ok(ListenerSpec::Http {
+            bind: bind_addr(rest.trim_end_matches('/')).map_err(bad)?,
+        });
+    }
+    Err(bad(
+        "expected tcp-listen://BIND/HOST:PORT, socks5-listen://BIND or http-listen://BIND".into(),
+    ))
+}
+
+/// Parses the arguments after the program name. A leading `jmux-proxy`
+/// (jetsocat's subcommand) is accepted and skipped. Options may come
+/// anywhere; `--allow=RULE` works too.
+///
+/// Errors: [`CliError`], each naming the offending argument and carrying
+/// the usage text.
+pub fn parse_args<S: AsRef<str>>(args: &[S]) -> Result<ProxyArgs, CliError> {
+    let mut args = args.iter().map(AsRef::as_ref).peekable();
+    if args.peek() == Some(&"jmux-proxy") {
+        args.next();
+    }
+    let mut positional = Vec::new();
+    let mut allow_all = false;
+    let mut rules: Vec<AllowRule> = Vec::new();
+    while let Some(arg) = args.next() {
+        if arg == "--allow-all" {
+            allow_all = true;
+        } else if arg == "--allow" {
+            let rule = args
+                .next()
+                .ok_or_else(|| CliError::BadOption("--allow needs a RULE".into()))?;
+            rules.push(rule.parse()?);
+        } else if let Some(rule) = arg.strip_prefix("--allow=") {
+            rules.push(rule.parse()?);
+        } else if arg.starts_with("--") {
+            return Err(CliError::BadOption(format!("unknown option `{arg}`")));
+        } else {
+            positional.push(arg);
+        }
+    }
+    let (pipe, listeners) = positional.split_first().ok_or(CliError::MissingPipe)?;
+    let filter = match (allow_all, rules.is_empty()) {
+        (true, false) => return Err(CliError::AllowConflict),
+        (true, true) => TargetFilter::AllowAll,
+        (false, false) => TargetFilter::Rules(rules),
+        (false, true) => TargetFilter::DenyAll,
+    };
+    Ok(ProxyArgs {
+        pipe: parse_pipe(pipe)?,
+        listeners: listeners
+            .iter()
+            .map(|l| parse_listener(l))
+            .collect::<Result<_, _>>()?,
+        filter,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn jetsocat_style_command_lines() {
+        let a = parse_args(&[
+            "jmux-proxy",
+            "ws://127.0.0.1:8080/jet/jmux?token=x",
+            "tcp-listen://127.0.0.1:5000/example.com:80",
+            "socks5-listen://127.0.0.1:1080",
+            "http-listen://[::1]:3128",
+        ])
+        .unwrap();
+        assert_eq!(
+            a.pipe,
+            PipeSpec::WsConnect("ws://127.0.0.1:8080/jet/jmux?token=x".into())
+        );
+        assert_eq!(
+            a.listeners,
+            vec![
+                ListenerSpec::Tcp {
+                    bind: "127.0.0.1:5000".into(),
+                    target: Destination::tcp("example.com", 80)
+                },
+                ListenerSpec::Socks5 {
+                    bind: "127.0.0.1:1080".into()
+                },
+                ListenerSpec::Http {
+                    bind: "[::1]:3128".into()
+                },
+            ]
+        );
+        assert_eq!(a.filter, TargetFilter::DenyAll);
+
+        let b = parse_args(&["ws-listen://0.0.0.0:9000", "--allow-all"]).unwrap();
+        assert_eq!(b.pipe, PipeSpec::WsListen("0.0.0.0:9000".into()));
+        assert_eq!(b.filter, TargetFilter::AllowAll);
+
+        let c = parse_args(&[
+            "tcp://gw.example:7171",
+            "--allow",
+            "127.0.0.1:*",
+            "--allow=*.lan:22",
+        ])
+        .unwrap();
+        assert_eq!(c.pipe, PipeSpec::TcpConnect("gw.example:7171".into()));
+        assert!(c.filter.allows("host.lan", 22));
+        assert!(!c.filter.allows("host.lan", 23));
+        assert_eq!(
+            parse_args(&["tcp-listen://127.0.0.1:0"]).unwrap().pipe,
+            PipeSpec::TcpListen("127.0.0.1:0".into())
+        );
+    }
+
+    #[test]
+    fn errors_name_the_argument() {
+        assert_eq!(parse_args::<&str>(&[]), Err(CliError::MissingPipe));
+        let e = parse_args(&["udp://x:1"]).unwrap_err();
+        assert!(e.to_string().contains("udp://x:1"), "{e}");
+        let e = parse_args(&["ws://x/", "tcp-listen://127.0.0.1:1"]).unwrap_err();
+        assert!(e.to_string().contains("BIND/HOST:PORT"), "{e}");
+        let e = parse_args(&["ws://x/", "socks5-listen://nowhere"]).unwrap_err();
+        assert!(e.to_string().contains("nowhere"), "{e}");
+        let e = parse_args(&["ws://x/", "--allow", "bad"]).unwrap_err();
+        assert!(matches!(e, CliError::BadRule(_)));
+        assert_eq!(
+            parse_args(&["ws://x/", "--allow-all", "--allow", "a:1"]),
+            Err(CliError::AllowConflict)
+        );
+        assert!(matches!(
+            parse_args(&["ws://x/", "--frobnicate"]),
+            Err(CliError::BadOption(_))
+        ));
+    }
+}

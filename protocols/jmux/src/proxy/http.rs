@@ -1,0 +1,281 @@
+//! HTTP proxy requests (`http-listen://`), sans-IO: parse the request head
+//! a client sent to the proxy and decide where the channel goes.
+//!
+//! - `CONNECT host:port HTTP/1.1` (RFC 9110 section 9.3.6): open a channel
+//!   to `host:port`; answer `200` once it is open ([`CONNECT_OK`]), then
+//!   relay bytes both ways.
+//! - A plain proxy request with an absolute-form target
+//!   (`GET http://host[:port]/path HTTP/1.1`, RFC 9112 section 3.2.2): open a
+//!   channel to `host:port` (80 by default) and send the head rewritten to
+//!   origin-form (`GET /path HTTP/1.1`) without the `Proxy-Connection` and
+//!   `Proxy-Authorization` headers, then relay bytes both ways. Later
+//!   requests on the same connection are relayed unchanged (servers accept
+//!   absolute-form, RFC 9112 section 3.2.2), so they must go to the same
+//!   origin.
+//!
+//! The head is parsed with `httparse`.
+
+use crate::codec::{Destination, ReasonCode};
+
+/// Largest request head accepted, in bytes (64 KiB); a longer one is
+/// refused with 431.
+pub const MAX_HEAD: usize = 64 * 1024;
+
+/// The answer to a CONNECT whose channel opened.
+pub const CONNECT_OK: &[u8] = b"HTTP/1.1 200 Connection Established\r\n\r\n";
+
+/// What the client asked for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ProxyRequest {
+    /// CONNECT: answer [`CONNECT_OK`] once the channel is open.
+    Connect {
+        /// The tunnel's target.
+        destination: Destination,
+    },
+    /// A plain proxy request: send `head` (rewritten to origin-form) into
+    /// the channel first.
+    Forward {
+        /// The origin server.
+        destination: Destination,
+        /// The request head to send to the origin, `\r\n\r\n` included.
+        head: Vec<u8>,
+    },
+}
+
+impl ProxyRequest {
+    /// Where the channel goes.
+    pub fn destination(&self) -> &Destination {
+        match self {
+            ProxyRequest::Connect { destination } | ProxyRequest::Forward { destination, .. } => {
+                destination
+            }
+        }
+    }
+}
+
+/// A request the proxy refuses. Send [`HttpProxyError::response`], then
+/// close the connection.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum HttpProxyError {
+    /// Not a parsable HTTP/1.x request head.
+    #[error("malformed HTTP request: {0}")]
+    Malformed(String),
+    /// The request target is neither `host:port` (CONNECT) nor an
+    /// absolute `http://` URL.
+    #[error(
+        "unsupported request target `{0}` (expected CONNECT host:port or an absolute http:// URL)"
+    )]
+    BadTarget(String),
+    /// The head is longer than [`MAX_HEAD`].
+    #[error("request head larger than {MAX_HEAD} bytes")]
+    TooLarge,
+}
+
+impl HttpProxyError {
+    /// The response to send before closing (400, or 431 for
+    /// [`HttpProxyError::TooLarge`]).
+    pub fn response(&self) -> Vec<u8> {
+        let status = match self {
+            HttpProxyError::TooLarge => "431 Request Header Fields Too Large",
+            _ => "400 Bad Request",
+        };
+        response(status, &self.to_string())
+    }
+}
+
+fn response(status: &str, body: &str) -> Vec<u8> {
+    format!(
+        "HTTP/1.1 {status}\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}\n",
+        body.len() + 1
+    )
+    .into_bytes()
+}
+
+/// The response for a channel that could not be opened: 403 for reason 2
+/// (not allowed by rule set), 504 for reason 6 (timeout), 502 otherwise;
+/// the body names the reason and the peer's description.
+pub fn failure_response(reason: ReasonCode, description: &str) -> Vec<u8> {
+    let status = match reason {
+        ReasonCode::NotAllowedByRuleSet => "403 Forbidden",
+        ReasonCode::TtlExpired => "504 Gateway Timeout",
+        _ => "502 Bad Gateway",
+    };
+    let body = if description.is_empty() {
+        format!("JMUX open failed: {reason}")
+    } else {
+        format!("JMUX open failed: {reason}: {description}")
+    };
+    response(status, &body)
+}
+
+fn split_authority(authority: &str, default_port: Option<u16>) -> Option<Destination> {
+    // `[v6]:port`, `host:port`, or `host` with a default port.
+    let (host, port) = if let Some(rest) = authority.strip_prefix('[') {
+        let (h, after) = rest.split_once(']')?;
+        match after.strip_prefix(':') {
+            Some(p) => (h, p.parse().ok()?),
+            None if after.is_empty() => (h, default_port?),
+            None => return None,
+        }
+    } else {
+        match authority.rsplit_once(':') {
+            Some((h, p)) if !h.contains(':') => (h, p.parse().ok()?),
+            Some(_) => return None,
+            None => (authority, default_port?),
+        }
+    };
+    if host.is_empty() || host.contains(['/', '@', ' ']) {
+        return None;
+    }
+    Some(Destination::tcp(host, port))
+}
+
+/// Parses the request head at the start of `buf`.
+///
+/// Returns `Ok(None)` while the head is incomplete, or the request and the
+/// number of bytes of `buf` the head took (what follows is body or tunnel
+/// data for the target).
+///
+/// Errors: [`HttpProxyError`]; answer with its response and close.
+pub fn parse_request(buf: &[u8]) -> Result<Option<(ProxyRequest, usize)>, HttpProxyError> {
+    let mut headers = [httparse::EMPTY_HEADER; 100];
+    let mut req = httparse::Request::new(&mut headers);
+    let consumed = match req.parse(buf) {
+        Ok(httparse::Status::Complete(n)) => n,
+        Ok(httparse::Status::Partial) if buf.len() > MAX_HEAD => {
+            return Err(HttpProxyError::TooLarge);
+        }
+        Ok(httparse::Status::Partial) => return Ok(None),
+        Err(httparse::Error::TooManyHeaders) => return Err(HttpProxyError::TooLarge),
+        Err(e) => return Err(HttpProxyError::Malformed(e.to_string())),
+    };
+    if consumed > MAX_HEAD {
+        return Err(HttpProxyError::TooLarge);
+    }
+    let method = req.method.unwrap_or_default();
+    let target = req.path.unwrap_or_default();
+    let bad_target = || HttpProxyError::BadTarget(target.to_owned());
+    if method.eq_ignore_ascii_case("CONNECT") {
+        let destination = split_authority(target, None).ok_or_else(bad_target)?;
+        return Ok(Some((ProxyRequest::Connect { destination }, consumed)));
+    }
+    let rest = target
+        .get(..7)
+        .filter(|s| s.eq_ignore_ascii_case("http://"))
+        .map(|_| &target[7..])
+        .ok_or_else(bad_target)?;
+    let (authority, path) = match rest.find(['/', '?']) {
+        Some(i) => (&rest[..i], &rest[i..]),
+        None => (rest, "/"),
+    };
+    let path = if path.starts_with('?') {
+        format!("/{path}")
+    } else {
+        path.to_owned()
+    };
+    // Drop any userinfo (`user@host`).
+    let authority = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+    let destination = split_authority(authority, Some(80)).ok_or_else(bad_target)?;
+    let mut head = Vec::with_capacity(consumed);
+    head.extend_from_slice(method.as_bytes());
+    head.push(b' ');
+    head.extend_from_slice(path.as_bytes());
+    head.extend_from_slice(format!(" HTTP/1.{}\r\n", req.version.unwrap_or(1)).as_bytes());
+    for h in req.headers.iter() {
+        if h.name.eq_ignore_ascii_case("proxy-connection")
+            || h.name.eq_ignore_ascii_case("proxy-authorization")
+        {
+            continue;
+        }
+        head.extend_from_slice(h.name.as_bytes());
+        head.extend_from_slice(b": ");
+        head.extend_from_slice(h.value);
+        head.extend_from_slice(b"\r\n");
+    }
+    head.extend_from_slice(b"\r\n");
+    Ok(Some((
+        ProxyRequest::Forward { destination, head },
+        consumed,
+    )))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn connect_requests() {
+        let req = b"CONNECT example.com:443 HTTP/1.1\r\nHost: example.com:443\r\n\r\nTLS";
+        let (r, n) = parse_request(req).unwrap().unwrap();
+        assert_eq!(
+            r,
+            ProxyRequest::Connect {
+                destination: Destination::tcp("example.com", 443)
+            }
+        );
+        assert_eq!(&req[n..], b"TLS");
+        let (r, _) = parse_request(b"CONNECT [::1]:22 HTTP/1.1\r\n\r\n")
+            .unwrap()
+            .unwrap();
+        assert_eq!(r.destination(), &Destination::tcp("::1", 22));
+        assert!(matches!(
+            parse_request(b"CONNECT example.com HTTP/1.1\r\n\r\n"),
+            Err(HttpProxyError::BadTarget(_))
+        ));
+    }
+
+    #[test]
+    fn partial_heads_wait_for_more() {
+        let req = b"CONNECT a:1 HTTP/1.1\r\nHost: a\r\n\r\n";
+        for i in 0..req.len() {
+            assert_eq!(parse_request(&req[..i]).unwrap(), None, "at {i}");
+        }
+    }
+
+    #[test]
+    fn plain_proxy_requests_are_rewritten_to_origin_form() {
+        let req = b"POST http://127.0.0.1:8080/up?x=1 HTTP/1.1\r\nHost: 127.0.0.1:8080\r\nProxy-Connection: keep-alive\r\nContent-Length: 4\r\n\r\nbody";
+        let (r, n) = parse_request(req).unwrap().unwrap();
+        let ProxyRequest::Forward { destination, head } = r else {
+            panic!("not forward")
+        };
+        assert_eq!(destination, Destination::tcp("127.0.0.1", 8080));
+        assert_eq!(
+            String::from_utf8(head).unwrap(),
+            "POST /up?x=1 HTTP/1.1\r\nHost: 127.0.0.1:8080\r\nContent-Length: 4\r\n\r\n"
+        );
+        assert_eq!(&req[n..], b"body");
+        let (r, _) = parse_request(b"GET http://u@example.com HTTP/1.0\r\n\r\n")
+            .unwrap()
+            .unwrap();
+        let ProxyRequest::Forward { destination, head } = r else {
+            panic!()
+        };
+        assert_eq!(destination, Destination::tcp("example.com", 80));
+        assert!(head.starts_with(b"GET / HTTP/1.0\r\n"));
+    }
+
+    #[test]
+    fn refusals() {
+        assert!(matches!(
+            parse_request(b"GET /relative HTTP/1.1\r\n\r\n"),
+            Err(HttpProxyError::BadTarget(_))
+        ));
+        assert!(matches!(
+            parse_request(b"GET https://x/ HTTP/1.1\r\n\r\n"),
+            Err(HttpProxyError::BadTarget(_))
+        ));
+        assert!(matches!(
+            parse_request(b"\x16\x03\x01garbage\r\n\r\n"),
+            Err(HttpProxyError::Malformed(_))
+        ));
+        let mut big = b"GET http://a/ HTTP/1.1\r\nX: ".to_vec();
+        big.extend(std::iter::repeat_n(b'a', MAX_HEAD + 1));
+        let e = parse_request(&big).unwrap_err();
+        assert_eq!(e, HttpProxyError::TooLarge);
+        assert!(e.response().starts_with(b"HTTP/1.1 431 "));
+        let r = failure_response(ReasonCode::NotAllowedByRuleSet, "denied: x:1");
+        assert!(r.starts_with(b"HTTP/1.1 403 "));
+        assert!(failure_response(ReasonCode::ConnectionRefused, "").starts_with(b"HTTP/1.1 502 "));
+    }
+}
