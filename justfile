@@ -9,6 +9,11 @@ demo *ARGS:
 test:
     scripts/test
 
+# conformance suite: every case on every target plus Autobahn|Testsuite;
+# checks conformance/matrix.md (--bless rewrites it, --json for counts)
+conformance *ARGS:
+    cargo run --release -q -p tether-conformance -- {{ARGS}}
+
 # full benchmark runs (guest vs native in the same run)
 bench:
     cargo run --release -q -p tether-host --bin tether -- bench echo

@@ -9,6 +9,8 @@ const GUESTS: &[(&str, &str)] = &[
     ("tether-guest-echo", "echo"),
     ("tether-guest-probe", "probe"),
     ("tether-guest-conformance", "conformance-suite"),
+    ("tether-guest-conformance", "conformance-suite-p3"),
+    ("tether-guest-conformance", "conformance-suite"),
     ("tether-guest-jmux", "jmux"),
 ];
 

@@ -44,6 +44,7 @@ use wasmtime::component::{HasData, Linker, ResourceTable};
 pub mod bindings;
 pub mod config;
 pub mod net;
+pub mod p3;
 pub mod policy;
 pub mod ready;
 pub mod runner;

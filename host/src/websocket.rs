@@ -329,6 +329,33 @@ impl MessageStream {
         shared.readable.wait_until(|| shared.can_receive()).await;
     }
 
+    /// Resolves once [`MessageStream::receive`] would return something
+    /// other than `Ok(None)`: the readiness of `subscribe-receive` as a
+    /// future that owns what it needs, for the component-model-async
+    /// interface (`p3`), which awaits it outside the resource table.
+    pub fn receive_ready(&self) -> impl Future<Output = ()> + Send + use<> {
+        let shared = self.shared.clone();
+        async move { shared.readable.wait_until(|| shared.can_receive()).await }
+    }
+
+    /// Resolves once [`MessageStream::send`] would accept a `len`-byte
+    /// message without `would-block` (or would fail for another reason):
+    /// backpressure as a future, for the `p3` interface.
+    pub fn send_ready(&self, len: usize) -> impl Future<Output = ()> + Send + use<> {
+        let shared = self.shared.clone();
+        async move {
+            let fits = || {
+                let st = shared.lock();
+                st.outbound_bytes == 0
+                    || st.outbound_bytes + len <= shared.outbound_limit
+                    || st.close_queued
+                    || st.read_end.is_some()
+                    || st.write_error.is_some()
+            };
+            shared.writable.wait_until(fits).await
+        }
+    }
+
     /// Bytes waiting in the inbound and outbound queues (for tests and
     /// metrics).
     pub fn buffered(&self) -> (usize, usize) {

@@ -1,0 +1,881 @@
+//! The conformance suite against the component-model-async interface
+//! (`wit-p3`, `tether:streams-async`): the same case names and the same
+//! JSON lines as `main.rs`, for the cases this interface can express.
+//! Cases it cannot express print `unsupported` and are declared in
+//! `conformance/known-failures/wasmtime-p3.txt`.
+
+#![no_main]
+
+use std::time::{Duration, Instant, SystemTime};
+
+wit_bindgen::generate!({
+    path: "../../wit-p3",
+    world: "tether:streams-async/command",
+});
+
+use tether::streams_async::types::ErrorCode;
+use tether::streams_async::websocket::{self, ConnectOptions, Message, MessageStream};
+
+struct Suite;
+
+impl Guest for Suite {
+    async fn run() -> Result<(), ()> {
+        let args: Vec<String> = std::env::args().collect();
+        let mut peer = Vec::new();
+        let mut cases = Vec::new();
+        let mut it = args.iter().skip(1);
+        while let Some(a) = it.next() {
+            if a == "--peer" {
+                for kv in it.next().map(String::as_str).unwrap_or("").split(',') {
+                    if let Some((k, v)) = kv.split_once('=') {
+                        peer.push((k.to_string(), v.to_string()));
+                    }
+                }
+            } else {
+                cases.push(a.clone());
+            }
+        }
+        let peer = Peer(peer);
+        let mut all_ok = true;
+        for name in &cases {
+            let t0 = Instant::now();
+            let result = run_case(name, &peer).await;
+            all_ok &= result.is_ok();
+            let ok = result.is_ok();
+            let message = result.unwrap_or_else(|e| e);
+            println!(
+                "{{\"case\":{},\"ok\":{ok},\"micros\":{},\"message\":{}}}",
+                json_string(name),
+                t0.elapsed().as_micros(),
+                json_string(&message)
+            );
+        }
+        if all_ok { Ok(()) } else { Err(()) }
+    }
+}
+
+export!(Suite);
+
+type Outcome = Result<String, String>;
+
+macro_rules! ensure {
+    ($cond:expr, $($fmt:tt)*) => {
+        if !$cond {
+            return Err(format!($($fmt)*));
+        }
+    };
+}
+
+struct Peer(Vec<(String, String)>);
+
+impl Peer {
+    fn addr(&self, key: &str) -> &str {
+        self.0
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.as_str())
+            .unwrap_or("missing-peer-key:0")
+    }
+    fn ws(&self, path: &str) -> String {
+        format!("ws://{}{path}", self.addr("ws"))
+    }
+    fn wss(&self, key: &str, path: &str) -> String {
+        format!("wss://{}{path}", self.addr(key))
+    }
+}
+
+fn json_string(s: &str) -> String {
+    let mut out = String::from("\"");
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            c if (c as u32) < 0x20 => out.push_str(&format!("\\u{:04x}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+async fn run_case(name: &str, p: &Peer) -> Outcome {
+    match name {
+        "connect.ok" => connect_ok(p).await,
+        "connect.invalid-url" => invalid_url().await,
+        "connect.refused" => {
+            let url = format!("ws://{}/", p.addr("closed"));
+            expect_connect_error(&url, &[], "connection-refused", "").await
+        }
+        "connect.rejected-403" => {
+            expect_connect_error(&p.ws("/reject"), &[], "protocol-error", "403").await
+        }
+        "connect.redirect-not-followed" => {
+            expect_connect_error(&p.ws("/redirect"), &[], "protocol-error", "not followed").await
+        }
+        "connect.handshake-timeout" => {
+            expect_connect_error(&p.ws("/stall"), &[], "timeout", "").await
+        }
+        "connect.dns-failure" => {
+            expect_connect_error(
+                "ws://tether-conformance.invalid:80/",
+                &[],
+                "dns-failure",
+                "",
+            )
+            .await
+        }
+        "connect.denied-by-policy" => {
+            expect_connect_error("ws://10.0.0.1:80/", &[], "denied", "").await?;
+            expect_connect_error("ws://127.0.0.2:80/", &[], "denied", "").await
+        }
+        "connect.custom-headers" => custom_headers(p).await,
+        "connect.peer-address-and-path" => peer_and_path(p).await,
+        "subprotocol.negotiated" => subprotocol(p, &["x-unknown", "chat"], Some("chat")).await,
+        "subprotocol.none-offered" => subprotocol(p, &[], None).await,
+        "subprotocol.none-accepted" => subprotocol(p, &["x-unknown"], None).await,
+        "subprotocol.unoffered-selected" => {
+            expect_connect_error(&p.ws("/unoffered"), &["chat"], "protocol-error", "").await
+        }
+        "echo.binary" => echo_one(p, Message::Binary(pattern(3, 1000))).await,
+        "echo.text" => echo_one(p, Message::Text("hello, tether".into())).await,
+        "echo.unicode-text" => {
+            echo_one(
+                p,
+                Message::Text("héllo wörld ✓ 日本語 🦀 \u{10FFFF}".into()),
+            )
+            .await
+        }
+        "echo.empty-binary" => echo_one(p, Message::Binary(Vec::new())).await,
+        "echo.empty-text" => echo_one(p, Message::Text(String::new())).await,
+        "echo.16mib" => echo_one(p, Message::Binary(pattern(1, 16 << 20))).await,
+        "message.boundaries-kept" => boundaries(p).await,
+        "message.text-binary-interleaved" => interleaved(p).await,
+        "message.pipelined-1000" => pipelined(p).await,
+        "message.burst-verified" => burst(p).await,
+        "message.fragmented-reassembled" => fragmented(p).await,
+        "message.ping-flood-answered" => ping_flood(p).await,
+        "close.local" => {
+            let ws = open(&p.ws("/echo"), &[]).await?;
+            let (code, reason) = ws.close_and_drain(1000, "done").await?;
+            ensure!(code == 1000, "close code {code} {reason:?}");
+            Ok(format!("closed {code} {reason:?}"))
+        }
+        "close.remote" => close_remote(p, "/close-now?code=4000&reason=bye", 4000, "bye").await,
+        "close.remote-no-code-1005" => close_remote(p, "/close-now", 1005, "").await,
+        "close.remote-max-reason" => {
+            let reason = "r".repeat(123);
+            close_remote(
+                p,
+                &format!("/close-now?code=4999&reason={reason}"),
+                4999,
+                &reason,
+            )
+            .await
+        }
+        "close.abnormal-1006" => abnormal(p).await,
+        "close.reset-by-peer" => reset(p).await,
+        "close.code-rules" => code_rules(p).await,
+        "close.reason-rules" => reason_rules(p).await,
+        "close.send-after-close" => send_after_close(p).await,
+        "close.receive-after-close" => receive_after_close(p).await,
+        "close.idempotent" => idempotent(p).await,
+        "close.backlog-after-peer-close" => backlog_after_close(p).await,
+        "close.peer-ignores-close-frame" => ignores_close(p).await,
+        "close.drop-sends-1000" => drop_sends_1000(p).await,
+        "backpressure.slow-reader-nothing-lost" => slow_reader(p).await,
+        "backpressure.burst-pauses-peer" => burst_pauses_peer(p).await,
+        "backpressure.slow-peer-nothing-lost" => slow_peer(p).await,
+        "tls.round-trip" => tls_round_trip(p).await,
+        "tls.close-clean" => {
+            let ws = open(&p.wss("wss", "/echo"), &[]).await?;
+            let (code, _) = ws.close_and_drain(1000, "tls bye").await?;
+            ensure!(code == 1000, "close code {code}");
+            Ok("closing handshake over TLS ends cleanly".into())
+        }
+        "tls.wrong-ca" => {
+            expect_connect_error(
+                &p.wss("wss-other-ca", "/echo"),
+                &[],
+                "tls-failure",
+                "unknownissuer",
+            )
+            .await
+        }
+        "tls.hostname-mismatch" => {
+            expect_connect_error(
+                &p.wss("wss-127", "/echo"),
+                &[],
+                "tls-failure",
+                "not valid for name",
+            )
+            .await
+        }
+        "tls.non-tls-server" => {
+            let port = p.addr("ws").rsplit(':').next().unwrap_or("0");
+            expect_connect_error(
+                &format!("wss://localhost:{port}/echo"),
+                &[],
+                "tls-failure",
+                "",
+            )
+            .await
+        }
+        "limits.send-over-max" => send_over_max(p).await,
+        "limits.receive-over-max-1009" => receive_over_max(p).await,
+        "limits.guest-memory" => {
+            let mut keep: Vec<Vec<u8>> = Vec::new();
+            for _ in 0..2048 {
+                keep.push(vec![1u8; 1 << 20]);
+            }
+            Err(format!(
+                "allocated {} MiB without being stopped",
+                keep.len()
+            ))
+        }
+        "limits.runaway-stopped" => {
+            let mut x = 0u64;
+            loop {
+                x = std::hint::black_box(x.wrapping_add(1));
+                if x == u64::MAX {
+                    return Err("spun to the end".into());
+                }
+            }
+        }
+        "wake-ups.first-message-under-1ms" => first_message_latency(p).await,
+        other => Err(format!("unsupported on the async interface: {other}")),
+    }
+}
+
+// ---- helpers ------------------------------------------------------------------
+
+fn kind(e: &ErrorCode) -> &'static str {
+    match e {
+        ErrorCode::InvalidUrl(_) => "invalid-url",
+        ErrorCode::Denied(_) => "denied",
+        ErrorCode::DnsFailure(_) => "dns-failure",
+        ErrorCode::ConnectionRefused(_) => "connection-refused",
+        ErrorCode::Timeout => "timeout",
+        ErrorCode::TlsFailure(_) => "tls-failure",
+        ErrorCode::ProtocolError(_) => "protocol-error",
+        ErrorCode::Closed => "closed",
+        ErrorCode::MessageTooLarge(_) => "message-too-large",
+        ErrorCode::WouldBlock => "would-block",
+        ErrorCode::InvalidArgument(_) => "invalid-argument",
+        ErrorCode::Other(_) => "other",
+    }
+}
+
+fn describe(e: &ErrorCode) -> String {
+    format!("{}: {e:?}", kind(e))
+}
+
+fn options(protocols: &[&str]) -> ConnectOptions {
+    ConnectOptions {
+        subprotocols: protocols.iter().map(|s| s.to_string()).collect(),
+        headers: Vec::new(),
+    }
+}
+
+struct Ws(MessageStream);
+
+async fn open(url: &str, protocols: &[&str]) -> Result<Ws, String> {
+    websocket::connect(url.to_string(), options(protocols))
+        .await
+        .map(Ws)
+        .map_err(|e| format!("connect {url}: {}", describe(&e)))
+}
+
+impl Ws {
+    async fn send(&self, m: &Message) -> Result<(), String> {
+        self.0
+            .send(m.clone())
+            .await
+            .map_err(|e| format!("send: {}", describe(&e)))
+    }
+    async fn recv(&self) -> Result<Message, String> {
+        match self.0.receive().await {
+            Ok(Some(m)) => Ok(m),
+            Ok(None) => Err("stream closed".into()),
+            Err(e) => Err(format!("receive: {}", describe(&e))),
+        }
+    }
+    async fn drain(&self) -> (usize, Option<ErrorCode>) {
+        let mut n = 0;
+        loop {
+            match self.0.receive().await {
+                Ok(Some(_)) => n += 1,
+                Ok(None) => return (n, None),
+                Err(e) => return (n, Some(e)),
+            }
+        }
+    }
+    fn close_info(&self) -> (u16, String) {
+        self.0
+            .close_info()
+            .map(|c| (c.code, c.reason))
+            .unwrap_or((0, "<open>".into()))
+    }
+    async fn close_and_drain(&self, code: u16, reason: &str) -> Result<(u16, String), String> {
+        self.0
+            .close(code, reason)
+            .map_err(|e| format!("close: {}", describe(&e)))?;
+        if let (_, Some(e)) = self.drain().await {
+            return Err(format!("closing ended with {}", describe(&e)));
+        }
+        Ok(self.close_info())
+    }
+}
+
+fn pattern(k: usize, size: usize) -> Vec<u8> {
+    (0..size).map(|i| ((k + i) % 256) as u8).collect()
+}
+
+fn same(a: &Message, b: &Message) -> bool {
+    match (a, b) {
+        (Message::Text(x), Message::Text(y)) => x == y,
+        (Message::Binary(x), Message::Binary(y)) => x == y,
+        _ => false,
+    }
+}
+
+fn show(m: &Message) -> String {
+    match m {
+        Message::Text(t) if t.len() <= 80 => format!("text {t:?}"),
+        Message::Text(t) => format!("text of {} bytes", t.len()),
+        Message::Binary(b) => format!("binary of {} bytes", b.len()),
+    }
+}
+
+fn expect_text(m: Message) -> Result<String, String> {
+    match m {
+        Message::Text(t) => Ok(t),
+        other => Err(format!("expected text, got {}", show(&other))),
+    }
+}
+
+async fn expect_connect_error(
+    url: &str,
+    protocols: &[&str],
+    want: &str,
+    contains: &str,
+) -> Outcome {
+    let t0 = Instant::now();
+    match websocket::connect(url.to_string(), options(protocols)).await {
+        Ok(_) => Err(format!("connect {url} succeeded; expected {want}")),
+        Err(e) => {
+            let text = describe(&e);
+            ensure!(kind(&e) == want, "expected {want}, got {text}");
+            ensure!(
+                text.to_lowercase().contains(&contains.to_lowercase()),
+                "expected `{contains}` in: {text}"
+            );
+            Ok(format!("{text} after {:?}", t0.elapsed()))
+        }
+    }
+}
+
+fn wall_nanos() -> u128 {
+    SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0)
+}
+
+// ---- cases ----------------------------------------------------------------------
+
+async fn connect_ok(p: &Peer) -> Outcome {
+    let t0 = Instant::now();
+    let ws = open(&p.ws("/echo"), &[]).await?;
+    let took = t0.elapsed();
+    ensure!(ws.0.subprotocol().is_none(), "no subprotocol was offered");
+    ensure!(
+        ws.0.close_info().is_none(),
+        "close-info must be none while open"
+    );
+    let (code, _) = ws.close_and_drain(1000, "bye").await?;
+    ensure!(code == 1000, "close code {code}");
+    Ok(format!("connected in {took:?}"))
+}
+
+async fn invalid_url() -> Outcome {
+    for url in [
+        "not a url",
+        "http://127.0.0.1:1/",
+        "ws://",
+        "ws://127.0.0.1:1/#frag",
+        "ws://[::1/",
+    ] {
+        match websocket::connect(url.to_string(), options(&[])).await {
+            Err(ErrorCode::InvalidUrl(_)) => {}
+            Err(e) => return Err(format!("{url}: {}", describe(&e))),
+            Ok(_) => return Err(format!("{url}: accepted")),
+        }
+    }
+    Ok("5 invalid URLs rejected".into())
+}
+
+async fn custom_headers(p: &Peer) -> Outcome {
+    let opts = ConnectOptions {
+        subprotocols: vec![],
+        headers: vec![("x-tether-test".into(), "value-1".into())],
+    };
+    let stream = websocket::connect(p.ws("/headers?room=1"), opts)
+        .await
+        .map_err(|e| describe(&e))?;
+    let ws = Ws(stream);
+    let text = expect_text(ws.recv().await?)?;
+    ensure!(
+        text.contains("\"x-tether-test\":\"value-1\""),
+        "peer saw {text}"
+    );
+    ensure!(
+        text.contains("\"path\":\"/headers?room=1\""),
+        "peer saw {text}"
+    );
+    ws.close_and_drain(1000, "").await?;
+    Ok(text)
+}
+
+async fn peer_and_path(p: &Peer) -> Outcome {
+    let ws = open(&p.ws("/echo?x=1"), &[]).await?;
+    let (addr, path) = (ws.0.peer_address(), ws.0.path());
+    ensure!(
+        addr == p.addr("ws"),
+        "peer-address {addr}, expected {}",
+        p.addr("ws")
+    );
+    ensure!(path == "/echo?x=1", "path {path}");
+    ws.close_and_drain(1000, "").await?;
+    Ok(format!("{addr} {path}"))
+}
+
+async fn subprotocol(p: &Peer, offer: &[&str], expected: Option<&str>) -> Outcome {
+    let ws = open(&p.ws("/echo"), offer).await?;
+    let got = ws.0.subprotocol();
+    ensure!(
+        got.as_deref() == expected,
+        "subprotocol {got:?}, expected {expected:?}"
+    );
+    let m = Message::Text("after negotiation".into());
+    ws.send(&m).await?;
+    ensure!(same(&ws.recv().await?, &m), "echo differs");
+    ws.close_and_drain(1000, "").await?;
+    Ok(format!("offered {offer:?}, agreed {got:?}"))
+}
+
+async fn echo_one(p: &Peer, m: Message) -> Outcome {
+    let ws = open(&p.ws("/echo"), &[]).await?;
+    let t0 = Instant::now();
+    ws.send(&m).await?;
+    let back = ws.recv().await?;
+    let rtt = t0.elapsed();
+    ensure!(
+        same(&back, &m),
+        "echo differs: sent {}, got {}",
+        show(&m),
+        show(&back)
+    );
+    ws.close_and_drain(1000, "").await?;
+    Ok(format!("{} in {rtt:?}", show(&m)))
+}
+
+async fn boundaries(p: &Peer) -> Outcome {
+    let ws = open(&p.ws("/echo"), &[]).await?;
+    let sizes = [
+        0usize, 1, 2, 3, 125, 126, 127, 128, 65535, 65536, 65537, 100_000,
+    ];
+    for (k, n) in sizes.iter().enumerate() {
+        ws.send(&Message::Binary(pattern(k, *n))).await?;
+    }
+    for (k, n) in sizes.iter().enumerate() {
+        let m = ws.recv().await?;
+        ensure!(
+            same(&m, &Message::Binary(pattern(k, *n))),
+            "message {k}: expected {n} bytes, got {}",
+            show(&m)
+        );
+    }
+    ws.close_and_drain(1000, "").await?;
+    Ok(format!("{} messages kept their boundaries", sizes.len()))
+}
+
+async fn interleaved(p: &Peer) -> Outcome {
+    let ws = open(&p.ws("/echo"), &[]).await?;
+    let msgs: Vec<Message> = (0..50)
+        .map(|i| {
+            if i % 2 == 0 {
+                Message::Text(format!("text {i} ✓"))
+            } else {
+                Message::Binary(pattern(i, i * 10))
+            }
+        })
+        .collect();
+    for m in &msgs {
+        ws.send(m).await?;
+    }
+    for (i, m) in msgs.iter().enumerate() {
+        let back = ws.recv().await?;
+        ensure!(
+            same(&back, m),
+            "message {i}: sent {}, got {}",
+            show(m),
+            show(&back)
+        );
+    }
+    ws.close_and_drain(1000, "").await?;
+    Ok("50 alternating text/binary messages in order".into())
+}
+
+async fn pipelined(p: &Peer) -> Outcome {
+    let ws = open(&p.ws("/echo"), &[]).await?;
+    let t0 = Instant::now();
+    for i in 0..1000 {
+        ws.send(&Message::Text(format!("message {i}"))).await?;
+    }
+    for i in 0..1000 {
+        let t = expect_text(ws.recv().await?)?;
+        ensure!(t == format!("message {i}"), "expected message {i}, got {t}");
+    }
+    let took = t0.elapsed();
+    ws.close_and_drain(1000, "").await?;
+    Ok(format!("1000 pipelined round trips in {took:?}"))
+}
+
+async fn burst(p: &Peer) -> Outcome {
+    let ws = open(&p.ws("/burst?n=200&size=1000"), &[]).await?;
+    for k in 0..200 {
+        let m = ws.recv().await?;
+        ensure!(
+            same(&m, &Message::Binary(pattern(k, 1000))),
+            "message {k} differs: {}",
+            show(&m)
+        );
+    }
+    ws.close_and_drain(1000, "").await?;
+    Ok("200 messages, every byte checked".into())
+}
+
+async fn fragmented(p: &Peer) -> Outcome {
+    let ws = open(&p.ws("/fragmented"), &[]).await?;
+    let a = ws.recv().await?;
+    ensure!(
+        same(&a, &Message::Text("héllo wörld ✓ fragmented".into())),
+        "text: {}",
+        show(&a)
+    );
+    let b = ws.recv().await?;
+    ensure!(
+        same(&b, &Message::Binary(pattern(7, 3000))),
+        "binary: {}",
+        show(&b)
+    );
+    let c = ws.recv().await?;
+    ensure!(same(&c, &Message::Text("end".into())), "end: {}", show(&c));
+    ws.close_and_drain(1000, "").await?;
+    Ok("fragmented text and binary arrive whole".into())
+}
+
+async fn ping_flood(p: &Peer) -> Outcome {
+    let ws = open(&p.ws("/ping-flood?n=1000"), &[]).await?;
+    let first = expect_text(ws.recv().await?)?;
+    ensure!(
+        first == "after-pings",
+        "pings must not surface; got {first}"
+    );
+    ws.send(&Message::Text("report".into())).await?;
+    let report = expect_text(ws.recv().await?)?;
+    let pongs: usize = report.trim_start_matches("pongs=").parse().unwrap_or(0);
+    ensure!(pongs >= 1, "the host answered no ping: {report}");
+    ws.close_and_drain(1000, "").await?;
+    Ok(format!("1000 pings, {report}"))
+}
+
+async fn close_remote(p: &Peer, path: &str, code: u16, reason: &str) -> Outcome {
+    let ws = open(&p.ws(path), &[]).await?;
+    let (n, end) = ws.drain().await;
+    ensure!(n == 0, "{n} unexpected messages");
+    ensure!(end.is_none(), "ended with {:?}", end);
+    let (c, r) = ws.close_info();
+    ensure!(
+        c == code && r == reason,
+        "close-info ({c}, {r:?}), expected ({code}, {reason:?})"
+    );
+    ws.0.close(1000, "")
+        .map_err(|e| format!("close after peer close: {}", describe(&e)))?;
+    Ok(format!("close-info {c}"))
+}
+
+async fn abnormal(p: &Peer) -> Outcome {
+    let ws = open(&p.ws("/drop-now"), &[]).await?;
+    let first = ws.recv().await?;
+    ensure!(
+        same(&first, &Message::Text("bye".into())),
+        "got {}",
+        show(&first)
+    );
+    let (_, end) = ws.drain().await;
+    let (c, _) = ws.close_info();
+    ensure!(c == 1006, "close-info {c}, expected 1006");
+    Ok(format!("ended with {end:?}, close-info 1006"))
+}
+
+async fn reset(p: &Peer) -> Outcome {
+    let ws = open(&p.ws("/reset"), &[]).await?;
+    let (n, end) = ws.drain().await;
+    let (c, _) = ws.close_info();
+    ensure!(c == 1006, "close-info {c}, expected 1006");
+    let end = end.ok_or("a reset must not look like a clean close")?;
+    ensure!(
+        matches!(end, ErrorCode::ProtocolError(_)),
+        "ended with {}",
+        describe(&end)
+    );
+    Ok(format!("{n} message(s) then {}", describe(&end)))
+}
+
+async fn code_rules(p: &Peer) -> Outcome {
+    let ws = open(&p.ws("/echo"), &[]).await?;
+    for code in [0u16, 999, 1001, 1002, 1005, 1006, 1015, 2999, 5000, 65535] {
+        match ws.0.close(code, "") {
+            Err(ErrorCode::InvalidArgument(_)) => {}
+            other => return Err(format!("close({code}) gave {other:?}")),
+        }
+    }
+    let m = Message::Text("still open".into());
+    ws.send(&m).await?;
+    ensure!(
+        same(&ws.recv().await?, &m),
+        "the stream must stay usable after rejected closes"
+    );
+    let (code, _) = ws.close_and_drain(4999, "").await?;
+    ensure!(code == 4999, "close code {code}");
+    Ok("bad codes rejected; 4999 accepted".into())
+}
+
+async fn reason_rules(p: &Peer) -> Outcome {
+    let ws = open(&p.ws("/echo"), &[]).await?;
+    match ws.0.close(1000, &"r".repeat(124)) {
+        Err(ErrorCode::InvalidArgument(_)) => {}
+        other => return Err(format!("124-byte reason gave {other:?}")),
+    }
+    match ws.0.close(1000, &"é".repeat(62)) {
+        Err(ErrorCode::InvalidArgument(_)) => {}
+        other => return Err(format!("124-byte (62 x é) reason gave {other:?}")),
+    }
+    let reason = format!("{}x", "é".repeat(61));
+    let (code, got) = ws.close_and_drain(3000, &reason).await?;
+    ensure!(code == 3000, "close code {code}");
+    Ok(format!(
+        "124 bytes rejected, 123 accepted; peer answered {got:?}"
+    ))
+}
+
+async fn send_after_close(p: &Peer) -> Outcome {
+    let ws = open(&p.ws("/echo"), &[]).await?;
+    ws.0.close(1000, "").map_err(|e| describe(&e))?;
+    match ws.0.send(Message::Text("late".into())).await {
+        Err(ErrorCode::Closed) => {}
+        other => return Err(format!("send after close gave {other:?}")),
+    }
+    ws.drain().await;
+    match ws.0.send(Message::Text("later".into())).await {
+        Err(ErrorCode::Closed) => Ok("send after close: closed".into()),
+        other => Err(format!("send after the closing handshake gave {other:?}")),
+    }
+}
+
+async fn receive_after_close(p: &Peer) -> Outcome {
+    let ws = open(&p.ws("/echo"), &[]).await?;
+    ws.close_and_drain(1000, "").await?;
+    for _ in 0..3 {
+        match ws.0.receive().await {
+            Ok(None) => {}
+            other => return Err(format!("receive after close gave {other:?}")),
+        }
+    }
+    Ok("none, repeatedly, at once".into())
+}
+
+async fn idempotent(p: &Peer) -> Outcome {
+    let ws = open(&p.ws("/echo"), &[]).await?;
+    ws.0.close(1000, "one").map_err(|e| describe(&e))?;
+    ws.0.close(4000, "two")
+        .map_err(|e| format!("second close: {}", describe(&e)))?;
+    ws.drain().await;
+    ws.0.close(1000, "three")
+        .map_err(|e| format!("close after the handshake: {}", describe(&e)))?;
+    let (code, _) = ws.close_info();
+    ensure!(code == 1000, "the first close wins: got {code}");
+    Ok("one close frame (1000)".into())
+}
+
+async fn backlog_after_close(p: &Peer) -> Outcome {
+    let ws = open(&p.ws("/burst?n=10&size=100&then=close&code=4001"), &[]).await?;
+    std::thread::sleep(Duration::from_millis(200));
+    let (c, _) = ws.close_info();
+    ensure!(
+        c == 4001,
+        "the peer's close must be known before reading: close-info {c}"
+    );
+    for k in 0..10 {
+        let m = ws.recv().await?;
+        ensure!(
+            same(&m, &Message::Binary(pattern(k, 100))),
+            "message {k} differs"
+        );
+    }
+    match ws.0.receive().await {
+        Ok(None) => Ok("10 messages read after the peer's close frame".into()),
+        other => Err(format!("after the backlog: {other:?}")),
+    }
+}
+
+async fn ignores_close(p: &Peer) -> Outcome {
+    let ws = open(&p.ws("/ignore-close"), &[]).await?;
+    let t0 = Instant::now();
+    ws.0.close(1000, "").map_err(|e| describe(&e))?;
+    ws.drain().await;
+    let took = t0.elapsed();
+    let (c, reason) = ws.close_info();
+    ensure!(c == 1006, "close-info {c} {reason:?}, expected 1006");
+    ensure!(took < Duration::from_secs(5), "gave up only after {took:?}");
+    Ok(format!("gave up after {took:?} ({reason})"))
+}
+
+async fn drop_sends_1000(p: &Peer) -> Outcome {
+    let token = format!("p3-{}", wall_nanos());
+    {
+        let ws = open(&p.ws(&format!("/observe-close?token={token}")), &[]).await?;
+        ws.send(&Message::Text("x".into())).await?;
+        ws.recv().await?;
+    }
+    let ws = open(&p.ws(&format!("/observed?token={token}")), &[]).await?;
+    let code = expect_text(ws.recv().await?)?;
+    ensure!(code == "1000", "the peer saw close {code}");
+    ws.close_and_drain(1000, "").await?;
+    Ok("dropping a stream sends close 1000".into())
+}
+
+async fn slow_reader(p: &Peer) -> Outcome {
+    let (n, size) = (256usize, 32768usize);
+    let ws = open(&p.ws(&format!("/burst?n={n}&size={size}")), &[]).await?;
+    for k in 0..n {
+        let m = ws.recv().await?;
+        ensure!(
+            same(&m, &Message::Binary(pattern(k, size))),
+            "message {k} differs: {}",
+            show(&m)
+        );
+        if k.is_multiple_of(16) {
+            std::thread::sleep(Duration::from_millis(3));
+        }
+    }
+    ws.close_and_drain(1000, "").await?;
+    Ok(format!(
+        "{n} x {size} bytes read slowly, every byte checked"
+    ))
+}
+
+async fn burst_pauses_peer(p: &Peer) -> Outcome {
+    let (n, size, wait) = (320usize, 65536usize, 300u64);
+    let ws = open(&p.ws(&format!("/burst?n={n}&size={size}&report=1")), &[]).await?;
+    std::thread::sleep(Duration::from_millis(wait));
+    for k in 0..n {
+        let m = ws.recv().await?;
+        ensure!(
+            same(&m, &Message::Binary(pattern(k, size))),
+            "message {k} differs"
+        );
+    }
+    let report = expect_text(ws.recv().await?)?;
+    let ms: u64 = report
+        .trim_start_matches("elapsed_ms=")
+        .parse()
+        .unwrap_or(0);
+    ensure!(
+        ms + 50 >= wait,
+        "the peer finished its burst in {ms} ms: it was not paused"
+    );
+    ws.close_and_drain(1000, "").await?;
+    Ok(format!(
+        "{} MiB burst, nothing lost; the peer was paused ({report})",
+        (n * size) >> 20
+    ))
+}
+
+async fn slow_peer(p: &Peer) -> Outcome {
+    let ws = open(&p.ws("/slow-sink"), &[]).await?;
+    let (n, size) = (256usize, 32768usize);
+    for k in 0..n {
+        ws.send(&Message::Binary(pattern(k, size))).await?;
+    }
+    ws.send(&Message::Text("done".into())).await?;
+    let report = expect_text(ws.recv().await?)?;
+    ensure!(
+        report == format!("received {n} {} ok", n * size),
+        "peer: {report}"
+    );
+    ws.close_and_drain(1000, "").await?;
+    Ok(report)
+}
+
+async fn tls_round_trip(p: &Peer) -> Outcome {
+    let ws = open(&p.wss("wss", "/echo"), &[]).await?;
+    for m in [
+        Message::Text("over TLS ✓".into()),
+        Message::Binary(pattern(5, 100_000)),
+        Message::Binary(Vec::new()),
+    ] {
+        ws.send(&m).await?;
+        let back = ws.recv().await?;
+        ensure!(same(&back, &m), "echo differs: {}", show(&back));
+    }
+    ws.close_and_drain(1000, "").await?;
+    Ok("3 round trips over wss://".into())
+}
+
+async fn send_over_max(p: &Peer) -> Outcome {
+    let ws = open(&p.ws("/echo"), &[]).await?;
+    match ws.0.send(Message::Binary(vec![0; (1 << 20) + 1])).await {
+        Err(ErrorCode::MessageTooLarge(n)) => ensure!(n == 1 << 20, "limit reported as {n}"),
+        other => return Err(format!("1 MiB + 1 gave {other:?}")),
+    }
+    let m = Message::Binary(pattern(2, 1 << 20));
+    ws.send(&m).await?;
+    ensure!(same(&ws.recv().await?, &m), "1 MiB echo differs");
+    ws.close_and_drain(1000, "").await?;
+    Ok("1 MiB + 1 refused; 1 MiB round trip".into())
+}
+
+async fn receive_over_max(p: &Peer) -> Outcome {
+    let ws = open(&p.ws("/burst?n=1&size=2097152"), &[]).await?;
+    let (n, end) = ws.drain().await;
+    ensure!(n == 0, "received {n} messages");
+    match end {
+        Some(ErrorCode::MessageTooLarge(_)) => {}
+        other => return Err(format!("ended with {other:?}")),
+    }
+    let (code, _) = ws.close_info();
+    ensure!(code == 1009, "close-info {code}");
+    Ok("message-too-large, close 1009".into())
+}
+
+async fn first_message_latency(p: &Peer) -> Outcome {
+    let ws = open(&p.ws("/timed?count=5&gap_ms=20"), &[]).await?;
+    let mut delays = Vec::new();
+    for _ in 0..5 {
+        let sent: u128 = expect_text(ws.recv().await?)?
+            .parse()
+            .map_err(|_| "bad stamp")?;
+        delays.push(wall_nanos().saturating_sub(sent) as u64);
+    }
+    ws.close_and_drain(1000, "").await?;
+    let us: Vec<String> = delays.iter().map(|d| format!("{}", d / 1000)).collect();
+    ensure!(
+        delays[0] < 1_000_000,
+        "first message took {} us (all: {} us)",
+        delays[0] / 1000,
+        us.join(", ")
+    );
+    Ok(format!("one-way delivery after idle: {} us", us.join(", ")))
+}

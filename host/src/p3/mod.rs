@@ -1,0 +1,203 @@
+//! The component-model-async (WASIp3-style) variant of the WebSocket
+//! interface: `tether:streams-async` (`wit-p3/tether.wit`), where `send`,
+//! `receive` and `connect` are `async func`s instead of calls plus
+//! `wasi:io` pollables.
+//!
+//! It is a thin layer over the same [`MessageStream`] the p2-style
+//! interface uses (same tasks, buffers, limits and wake-ups): an async call
+//! awaits the stream's readiness future outside the store, then takes the
+//! result. Byte streams and listeners are not in this interface yet.
+//!
+//! Embedding: [`add_to_linker`] next to `wasmtime_wasi::p2::add_to_linker_async`
+//! on an engine with `wasm_component_model_async(true)`, or [`Runner`].
+
+mod runner;
+
+pub use runner::Runner;
+
+use wasmtime::component::{Accessor, HasData, Linker, Resource};
+
+use crate::websocket::MessageStream;
+use crate::{TetherCtxView, TetherView, bindings as p2, net, websocket};
+
+mod generated {
+    wasmtime::component::bindgen!({
+        path: "../wit-p3",
+        world: "tether:streams-async/command",
+        imports: { default: trappable },
+        exports: { default: async | store },
+        with: {
+            "tether:streams-async/websocket.message-stream": crate::websocket::MessageStream,
+        },
+        require_store_data_send: true,
+    });
+}
+
+pub use generated::Command;
+pub use generated::tether::streams_async::types::ErrorCode;
+use generated::tether::streams_async::websocket::{
+    self as wit, CloseInfo, ConnectOptions, Message,
+};
+
+/// Marks the `tether:streams-async` host implementation (its store data
+/// is the same [`TetherCtxView`] as the p2-style interface's).
+pub struct HasTetherAsync;
+
+impl HasData for HasTetherAsync {
+    type Data<'a> = TetherCtxView<'a>;
+}
+
+/// Adds `tether:streams-async` (types, websocket) to `linker`.
+pub fn add_to_linker<T: TetherView + 'static>(linker: &mut Linker<T>) -> wasmtime::Result<()> {
+    use generated::tether::streams_async::{types, websocket};
+    types::add_to_linker::<T, HasTetherAsync>(linker, T::tether)?;
+    websocket::add_to_linker::<T, HasTetherAsync>(linker, T::tether)
+}
+
+fn error(e: p2::ErrorCode) -> ErrorCode {
+    use p2::ErrorCode as E;
+    match e {
+        E::InvalidUrl(s) => ErrorCode::InvalidUrl(s),
+        E::Denied(s) => ErrorCode::Denied(s),
+        E::DnsFailure(s) => ErrorCode::DnsFailure(s),
+        E::ConnectionRefused(s) => ErrorCode::ConnectionRefused(s),
+        E::Timeout => ErrorCode::Timeout,
+        E::TlsFailure(s) => ErrorCode::TlsFailure(s),
+        E::ProtocolError(s) => ErrorCode::ProtocolError(s),
+        E::Closed => ErrorCode::Closed,
+        E::MessageTooLarge(n) => ErrorCode::MessageTooLarge(n),
+        E::WouldBlock => ErrorCode::WouldBlock,
+        E::InvalidArgument(s) => ErrorCode::InvalidArgument(s),
+        E::Other(s) => ErrorCode::Other(s),
+    }
+}
+
+fn to_p2(m: Message) -> p2::tether::streams::websocket::Message {
+    use p2::tether::streams::websocket::Message as M;
+    match m {
+        Message::Text(t) => M::Text(t),
+        Message::Binary(b) => M::Binary(b),
+    }
+}
+
+fn from_p2(m: p2::tether::streams::websocket::Message) -> Message {
+    use p2::tether::streams::websocket::Message as M;
+    match m {
+        M::Text(t) => Message::Text(t),
+        M::Binary(b) => Message::Binary(b),
+    }
+}
+
+impl generated::tether::streams_async::types::Host for TetherCtxView<'_> {}
+
+impl wit::Host for TetherCtxView<'_> {}
+
+impl<T> wit::HostWithStore<T> for HasTetherAsync {
+    async fn connect(
+        store: &Accessor<T, Self>,
+        url: String,
+        options: ConnectOptions,
+    ) -> wasmtime::Result<Result<Resource<MessageStream>, ErrorCode>> {
+        let target = match websocket::parse_ws_url(&url) {
+            Ok(t) => t,
+            Err(e) => return Ok(Err(error(e))),
+        };
+        let host = store.with(|mut s| s.get().ctx.host.clone());
+        let check = match net::precheck(&host, &target.host, target.port) {
+            Ok(c) => c,
+            Err(e) => return Ok(Err(error(e))),
+        };
+        let options = p2::tether::streams::websocket::ConnectOptions {
+            subprotocols: options.subprotocols,
+            headers: options.headers,
+        };
+        match websocket::dial(host, target, options, check).await {
+            Ok(stream) => Ok(Ok(store.with(|mut s| s.get().table.push(stream))?)),
+            Err(e) => Ok(Err(error(e))),
+        }
+    }
+}
+
+impl<T> wit::HostMessageStreamWithStore<T> for HasTetherAsync {
+    async fn send(
+        store: &Accessor<T, Self>,
+        this: Resource<MessageStream>,
+        message: Message,
+    ) -> wasmtime::Result<Result<(), ErrorCode>> {
+        let len = match &message {
+            Message::Text(t) => t.len(),
+            Message::Binary(b) => b.len(),
+        };
+        let ready = store.with(|mut s| {
+            s.get()
+                .table
+                .get(&this)
+                .map(|stream| stream.send_ready(len))
+        })?;
+        ready.await;
+        store.with(|mut s| {
+            let stream = s.get().table.get(&this)?;
+            Ok(stream.send(to_p2(message)).map_err(error))
+        })
+    }
+
+    async fn receive(
+        store: &Accessor<T, Self>,
+        this: Resource<MessageStream>,
+    ) -> wasmtime::Result<Result<Option<Message>, ErrorCode>> {
+        loop {
+            let ready = store.with(|mut s| {
+                s.get()
+                    .table
+                    .get(&this)
+                    .map(|stream| stream.receive_ready())
+            })?;
+            ready.await;
+            let got = store.with(|mut s| s.get().table.get(&this).map(|st| st.receive()))?;
+            match got {
+                Ok(Some(m)) => return Ok(Ok(Some(from_p2(m)))),
+                Ok(None) => continue,
+                Err(p2::ErrorCode::Closed) => return Ok(Ok(None)),
+                Err(e) => return Ok(Err(error(e))),
+            }
+        }
+    }
+}
+
+impl wit::HostMessageStream for TetherCtxView<'_> {
+    fn close(
+        &mut self,
+        this: Resource<MessageStream>,
+        code: u16,
+        reason: String,
+    ) -> wasmtime::Result<Result<(), ErrorCode>> {
+        Ok(self.table.get(&this)?.close(code, &reason).map_err(error))
+    }
+
+    fn close_info(&mut self, this: Resource<MessageStream>) -> wasmtime::Result<Option<CloseInfo>> {
+        Ok(self.table.get(&this)?.close_info().map(|c| CloseInfo {
+            code: c.code,
+            reason: c.reason,
+        }))
+    }
+
+    fn subprotocol(&mut self, this: Resource<MessageStream>) -> wasmtime::Result<Option<String>> {
+        use p2::tether::streams::websocket::HostMessageStream;
+        HostMessageStream::subprotocol(self, this)
+    }
+
+    fn peer_address(&mut self, this: Resource<MessageStream>) -> wasmtime::Result<String> {
+        use p2::tether::streams::websocket::HostMessageStream;
+        HostMessageStream::peer_address(self, this)
+    }
+
+    fn path(&mut self, this: Resource<MessageStream>) -> wasmtime::Result<String> {
+        use p2::tether::streams::websocket::HostMessageStream;
+        HostMessageStream::path(self, this)
+    }
+
+    fn drop(&mut self, this: Resource<MessageStream>) -> wasmtime::Result<()> {
+        self.table.delete(this)?;
+        Ok(())
+    }
+}
