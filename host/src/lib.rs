@@ -43,6 +43,7 @@ use wasmtime::component::{HasData, Linker, ResourceTable};
 
 pub mod bindings;
 pub mod config;
+pub mod jmux;
 pub mod net;
 pub mod p3;
 pub mod policy;

@@ -33,12 +33,18 @@ enum Command {
     /// Benchmarks.
     #[command(subcommand)]
     Bench(BenchCommand),
+    /// Run the JMUX proxy guest (`jetsocat jmux-proxy` as a component),
+    /// with a host policy derived from its arguments.
+    Jmux(JmuxArgs),
 }
 
 #[derive(Subcommand)]
 enum BenchCommand {
     /// Echo round trips, messages/s and MB/s: guest vs native client.
     Echo(BenchEchoArgs),
+    /// A two-guest JMUX tunnel vs direct: HTTP/2 and HTTP/1.1 uploads, bulk
+    /// MB/s and CPU per GB, added round trip.
+    Jmux(BenchJmuxArgs),
 }
 
 #[derive(Args, Clone)]
@@ -131,6 +137,38 @@ struct RunArgs {
     #[arg(last = true)]
     args: Vec<String>,
 }
+
+#[derive(Args)]
+struct JmuxArgs {
+    /// Never dial HOST:PORT (repeatable), whatever the arguments allow.
+    #[arg(long = "deny", value_name = "RULE")]
+    deny: Vec<Rule>,
+    /// Add the certificates in this PEM file to the trusted roots (wss://).
+    #[arg(long = "ca-file", value_name = "PEM")]
+    ca_file: Vec<PathBuf>,
+    /// The jmux-proxy arguments: <PIPE> [<LISTENER>...] [--allow-all |
+    /// --allow RULE...]. The host may dial the pipe's address, bind the
+    /// pipe's and listeners' addresses, and dial the targets that
+    /// --allow-all / --allow admit; nothing else.
+    #[arg(
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        required = true,
+        value_name = "ARGS"
+    )]
+    args: Vec<String>,
+}
+
+#[derive(Args)]
+struct BenchJmuxArgs {
+    /// Print one JSON object instead of the table.
+    #[arg(long)]
+    json: bool,
+    /// A short smoke run (CI).
+    #[arg(long)]
+    quick: bool,
+}
+
 
 #[derive(Args)]
 struct DemoArgs {
@@ -226,6 +264,25 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             drop(server);
             Ok(ExitCode::SUCCESS)
         }
+        Command::Jmux(args) => jmux(args).await,
+        Command::Bench(BenchCommand::Jmux(args)) => {
+            use tether_host::bench::jmux as jb;
+            let opts = if args.quick {
+                jb::Options::quick()
+            } else {
+                jb::Options::full()
+            };
+            let report = tokio::task::spawn_blocking(move || jb::run(&opts)).await??;
+            if args.json {
+                println!("{}", serde_json::to_string(&report)?);
+            } else {
+                println!(
+                    "tether bench jmux: two JMUX guests over a ws:// loopback pipe vs direct\n"
+                );
+                println!("{}", report.table());
+            }
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Bench(BenchCommand::Echo(args)) => {
             let (server, url) = server_and_url(args.url)?;
             let workload = if args.quick {
@@ -246,6 +303,34 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             drop(server);
             Ok(ExitCode::SUCCESS)
         }
+    }
+}
+
+async fn jmux(args: JmuxArgs) -> anyhow::Result<ExitCode> {
+    let parsed =
+        tether_jmux::proxy::cli::parse_args(&args.args).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let config = Config {
+        policy: tether_host::jmux::policy_for(&parsed, args.deny)?,
+        tls: TlsOptions {
+            system_roots: true,
+            extra_ca_files: args.ca_file,
+        },
+        limits: Limits::default(),
+    };
+    let runner = Runner::new(config, EngineKind::Cranelift)?;
+    let component = runner.compile(tether_guest_artifacts::JMUX)?;
+    let mut guest_args = vec!["jmux".to_string()];
+    guest_args.extend(args.args);
+    match runner
+        .run(&component, &guest_args, GuestIo::Inherit)
+        .await
+        .result
+    {
+        Ok(()) => Ok(ExitCode::SUCCESS),
+        Err(tether_host::runner::RunError::Exit(code)) => {
+            Ok(ExitCode::from(code.clamp(0, 255) as u8))
+        }
+        Err(e) => bail!("{e}"),
     }
 }
 

@@ -2,8 +2,8 @@
 //! binary messages, concatenated into one byte stream) or a TCP connection.
 
 use tether_guest_sdk::{
-    self as sdk, ErrorCode, ListenOptions, Message, MessageStream, Pollable, StreamError, tcp,
-    websocket,
+    self as sdk, ErrorCode, ListenOptions, Message, MessageStream, Pollable, StreamError,
+    monotonic_clock, tcp, websocket,
 };
 use tether_jmux::proxy::cli::PipeSpec;
 
@@ -208,12 +208,27 @@ impl Pipe {
     /// (cut to 123 bytes), or a FIN.
     pub fn close(&mut self, code: u16, reason: &str) {
         match self {
-            Pipe::Ws { stream, .. } => {
+            Pipe::Ws { stream, rx, .. } => {
                 let mut end = reason.len().min(123);
                 while !reason.is_char_boundary(end) {
                     end -= 1;
                 }
                 let _ = stream.close(code, &reason[..end]);
+                // Wait (at most 2 s) for the peer's close frame, so the
+                // close frame is on the wire before the guest exits.
+                let timeout = monotonic_clock::subscribe_duration(2_000_000_000);
+                loop {
+                    match stream.receive() {
+                        Ok(Some(_)) => continue,
+                        Ok(None) => {
+                            let ready = sdk::poll(&[&*rx, &timeout]);
+                            if ready.contains(&1) {
+                                break;
+                            }
+                        }
+                        Err(_) => break,
+                    }
+                }
             }
             Pipe::Tcp { conn, .. } => {
                 let _ = conn.stream.shutdown_send();

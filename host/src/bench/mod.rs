@@ -3,3 +3,4 @@
 //! reports the ratio.
 
 pub mod echo;
+pub mod jmux;

@@ -1,0 +1,308 @@
+//! Host-side helpers for the JMUX proxy guest (`guests/jmux`): the host
+//! policy that `tether jmux` derives from a `jmux-proxy` command line, guests
+//! on their own threads that can be stopped, and a two-guest tunnel over a
+//! `ws://` loopback pipe (used by `tether bench jmux` and the tests).
+
+use std::net::{SocketAddr, TcpListener};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use tether_jmux::proxy::cli::{PipeSpec, ProxyArgs};
+use tether_jmux::proxy::rules::TargetFilter;
+use wasmtime::component::Component;
+
+use crate::policy::{Policy, Rule};
+use crate::runner::{GuestIo, Outcome, Runner};
+
+/// The host policy a `jmux-proxy` command line needs, and nothing more:
+/// dialling the pipe's address (`ws://`, `wss://`, `tcp://`), binding the
+/// pipe's and the listeners' addresses, and dialling targets as the guest's
+/// own filter allows (`--allow-all`: any `*:*`; `--allow RULE`: the same
+/// rules; neither: none). `deny` rules are kept as given.
+///
+/// Errors: a pipe URL or bind address that does not make a host rule.
+pub fn policy_for(args: &ProxyArgs, deny: Vec<Rule>) -> anyhow::Result<Policy> {
+    let mut allow: Vec<Rule> = Vec::new();
+    let mut listen: Vec<Rule> = Vec::new();
+    let host_rule = |host: &str, port: u16| -> anyhow::Result<Rule> {
+        let text = if host.contains(':') {
+            format!("[{host}]:{port}")
+        } else {
+            format!("{host}:{port}")
+        };
+        Ok(text.parse()?)
+    };
+    let bind_rule = |bind: &str| -> anyhow::Result<Rule> {
+        let addr: SocketAddr = bind
+            .parse()
+            .with_context(|| format!("`{bind}` is not ip:port"))?;
+        host_rule(&addr.ip().to_string(), addr.port())
+    };
+    match &args.pipe {
+        PipeSpec::WsConnect(url) => {
+            let t = crate::websocket::parse_ws_url(url)
+                .map_err(|e| anyhow::anyhow!("pipe {url}: {e:?}"))?;
+            allow.push(host_rule(&t.host, t.port)?);
+        }
+        PipeSpec::TcpConnect(addr) => {
+            let (host, port) =
+                crate::net::split_host_port(addr).map_err(|e| anyhow::anyhow!("pipe: {e:?}"))?;
+            allow.push(host_rule(&host, port)?);
+        }
+        PipeSpec::WsListen(bind) | PipeSpec::TcpListen(bind) => listen.push(bind_rule(bind)?),
+    }
+    for l in &args.listeners {
+        listen.push(bind_rule(l.bind())?);
+    }
+    match &args.filter {
+        TargetFilter::DenyAll => {}
+        TargetFilter::AllowAll => allow.push("*:*".parse()?),
+        TargetFilter::Rules(rules) => {
+            for r in rules {
+                allow.push(r.to_string().parse()?);
+            }
+        }
+    }
+    Ok(Policy {
+        allow,
+        deny,
+        listen,
+    })
+}
+
+/// A guest running on its own thread, on a current-thread tokio runtime
+/// (the guest and its sockets' tasks stay on one thread). Dropping it, or
+/// [`GuestThread::stop`], cancels the guest: its store and every socket it
+/// holds are dropped.
+pub struct GuestThread {
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<JoinHandle<Option<Outcome>>>,
+}
+
+impl GuestThread {
+    /// Starts `component` with `args` (`args[0]` is the program name).
+    ///
+    /// Errors: the thread or its runtime could not be created.
+    pub fn spawn(
+        runner: Arc<Runner>,
+        component: Component,
+        args: Vec<String>,
+        io: GuestIo,
+    ) -> anyhow::Result<GuestThread> {
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        let thread = std::thread::Builder::new()
+            .name(format!("guest-{}", args.first().map_or("", String::as_str)))
+            .spawn(move || {
+                rt.block_on(async move {
+                    // The guest runs as a spawned task, not as the
+                    // `block_on` future: waking a task from another task on
+                    // this thread only queues it, while waking the
+                    // `block_on` future goes through the I/O driver.
+                    let guest =
+                        tokio::spawn(async move { runner.run(&component, &args, io).await });
+                    tokio::select! {
+                        outcome = guest => outcome.ok(),
+                        _ = stopped => None,
+                    }
+                })
+            })?;
+        Ok(GuestThread {
+            stop: Some(stop),
+            thread: Some(thread),
+        })
+    }
+
+    /// Whether the guest has ended by itself.
+    pub fn is_finished(&self) -> bool {
+        self.thread.as_ref().is_none_or(JoinHandle::is_finished)
+    }
+
+    /// Waits up to `timeout` for the guest to end by itself, then stops it
+    /// (see [`GuestThread::stop`]).
+    pub fn wait(self, timeout: Duration) -> Option<Outcome> {
+        let start = Instant::now();
+        while !self.is_finished() && start.elapsed() < timeout {
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        self.stop()
+    }
+
+    /// Cancels the guest if it still runs and waits for its thread. Returns
+    /// its outcome when it had ended by itself.
+    pub fn stop(mut self) -> Option<Outcome> {
+        self.stop_inner()
+    }
+
+    fn stop_inner(&mut self) -> Option<Outcome> {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        self.thread.take().and_then(|t| t.join().ok().flatten())
+    }
+}
+
+impl Drop for GuestThread {
+    fn drop(&mut self) {
+        self.stop_inner();
+    }
+}
+
+/// A free TCP port on 127.0.0.1 (bound to port 0, then released).
+///
+/// Errors: binding failed.
+pub fn free_port() -> std::io::Result<u16> {
+    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+/// Whether this machine has a TCP socket listening on `port` (any address),
+/// read from `/proc/net/tcp` and `/proc/net/tcp6`: a readiness check that
+/// does not connect (a probe connection would open a JMUX channel).
+pub fn is_listening(port: u16) -> bool {
+    let want = format!(":{port:04X} ");
+    ["/proc/net/tcp", "/proc/net/tcp6"].iter().any(|file| {
+        std::fs::read_to_string(file).is_ok_and(|text| {
+            text.lines().skip(1).any(|line| {
+                let mut cols = line.split_whitespace();
+                let local = cols.nth(1).unwrap_or("");
+                let state = cols.nth(1).unwrap_or("");
+                state == "0A" && format!("{local} ").ends_with(&want)
+            })
+        })
+    })
+}
+
+/// Waits until every port in `ports` is listening.
+///
+/// Errors: `timeout` passed first (naming the ports still closed), or
+/// `alive()` turned false (the guest ended).
+pub fn wait_listening(
+    ports: &[u16],
+    timeout: Duration,
+    mut alive: impl FnMut() -> bool,
+) -> anyhow::Result<()> {
+    let start = Instant::now();
+    loop {
+        let closed: Vec<u16> = ports
+            .iter()
+            .copied()
+            .filter(|p| !is_listening(*p))
+            .collect();
+        if closed.is_empty() {
+            return Ok(());
+        }
+        if !alive() {
+            bail!("the guest ended before listening on {closed:?}");
+        }
+        if start.elapsed() > timeout {
+            bail!("nothing listens on {closed:?} after {timeout:?}");
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// Two JMUX guests joined by a `ws://` pipe over loopback: the *server*
+/// (`ws-listen://` with `--allow-all`) opens targets through the host; the
+/// *client* (`ws://` pipe) runs the listeners. Each guest has its own
+/// thread. Dropping the tunnel stops both.
+pub struct Tunnel {
+    /// The accepting side (opens targets).
+    pub server: GuestThread,
+    /// The listening side.
+    pub client: GuestThread,
+    /// The pipe's port on 127.0.0.1.
+    pub pipe_port: u16,
+}
+
+impl Tunnel {
+    /// Starts the server, waits for its pipe listener, starts the client
+    /// with `listeners` (jetsocat listener arguments), and waits until
+    /// `listen_ports` are listening. `server_args` are extra arguments for
+    /// the server (e.g. `--allow RULE` instead of the default
+    /// `--allow-all`).
+    ///
+    /// Errors: a guest failed to start or to listen within 20 s.
+    pub fn start(
+        runner: &Arc<Runner>,
+        component: &Component,
+        listeners: &[String],
+        listen_ports: &[u16],
+        server_args: &[String],
+        io: GuestIo,
+    ) -> anyhow::Result<Tunnel> {
+        let pipe_port = free_port()?;
+        let mut args = vec![
+            "jmux".to_string(),
+            "jmux-proxy".into(),
+            format!("ws-listen://127.0.0.1:{pipe_port}"),
+        ];
+        if server_args.is_empty() {
+            args.push("--allow-all".into());
+        } else {
+            args.extend(server_args.iter().cloned());
+        }
+        let server = GuestThread::spawn(runner.clone(), component.clone(), args, io)?;
+        wait_listening(&[pipe_port], Duration::from_secs(20), || {
+            !server.is_finished()
+        })
+        .context("JMUX server guest")?;
+        let mut args = vec![
+            "jmux".to_string(),
+            "jmux-proxy".into(),
+            format!("ws://127.0.0.1:{pipe_port}/jmux"),
+        ];
+        args.extend(listeners.iter().cloned());
+        let client = GuestThread::spawn(runner.clone(), component.clone(), args, io)?;
+        wait_listening(listen_ports, Duration::from_secs(20), || {
+            !client.is_finished()
+        })
+        .context("JMUX client guest")?;
+        Ok(Tunnel {
+            server,
+            client,
+            pipe_port,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tether_jmux::proxy::cli::parse_args;
+
+    #[test]
+    fn policy_follows_the_command_line() {
+        let args = parse_args(&[
+            "ws://gw.example:7171/jmux",
+            "tcp-listen://127.0.0.1:5000/db:5432",
+            "socks5-listen://[::1]:1080",
+        ])
+        .unwrap();
+        let p = policy_for(&args, Vec::new()).unwrap();
+        let text = |rules: &[Rule]| rules.iter().map(|r| r.to_string()).collect::<Vec<_>>();
+        assert_eq!(text(&p.allow), ["gw.example:7171"]);
+        assert_eq!(text(&p.listen), ["127.0.0.1:5000", "[::1]:1080"]);
+
+        let args = parse_args(&["ws-listen://0.0.0.0:9000", "--allow-all"]).unwrap();
+        let p = policy_for(&args, Vec::new()).unwrap();
+        assert_eq!(text(&p.allow), ["*:*"]);
+        assert_eq!(text(&p.listen), ["0.0.0.0:9000"]);
+
+        let args = parse_args(&["tcp://10.0.0.1:80", "--allow", "*.lan:22"]).unwrap();
+        let p = policy_for(&args, Vec::new()).unwrap();
+        assert_eq!(text(&p.allow), ["10.0.0.1:80", "*.lan:22"]);
+    }
+
+    #[test]
+    fn listening_ports_are_seen_without_connecting() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = l.local_addr().unwrap().port();
+        assert!(is_listening(port));
+        drop(l);
+        assert!(!is_listening(port));
+    }
+}

@@ -1,0 +1,590 @@
+//! The JMUX proxy guest with real traffic: a tunnel of two guests (one
+//! `ws-listen://` opening targets, one `ws://` with listeners) over a
+//! loopback WebSocket through the host, driven by curl and native clients
+//! against real servers (HTTP/1.1, HTTP/2 on the `h2` crate with a
+//! 65535-byte window); and a native JMUX peer (tokio-tungstenite plus the
+//! `tether-jmux` codec) speaking raw JMUX to the guest.
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures_util::{SinkExt, StreamExt};
+use tether_host::bench::jmux::peers::{self, PeerRuntime};
+use tether_host::bench::jmux::tunnel_config;
+use tether_host::jmux::{Tunnel, free_port};
+use tether_host::runner::{EngineKind, GuestIo, Runner};
+use tether_jmux::{Decoder, Message, ReasonCode};
+use tokio_tungstenite::tungstenite::Message as WsMessage;
+
+use crate::common::{closed_port, tcp_server};
+
+fn runner() -> Arc<Runner> {
+    Arc::new(Runner::new(tunnel_config(), EngineKind::Cranelift).expect("runner"))
+}
+
+fn component(runner: &Runner) -> wasmtime::component::Component {
+    runner
+        .compile_cached(tether_guest_artifacts::JMUX)
+        .expect("compile jmux guest")
+}
+
+/// A tunnel whose client guest maps one local port to each of `targets`
+/// (`tcp-listen://`), plus `extra` listeners on the ports it returns.
+fn tunnel(
+    runner: &Arc<Runner>,
+    targets: &[SocketAddr],
+    extra: &[&str],
+    server_args: &[&str],
+) -> (Tunnel, Vec<u16>, Vec<u16>) {
+    let ports: Vec<u16> = targets.iter().map(|_| free_port().unwrap()).collect();
+    let extra_ports: Vec<u16> = extra.iter().map(|_| free_port().unwrap()).collect();
+    let mut listeners: Vec<String> = targets
+        .iter()
+        .zip(&ports)
+        .map(|(t, p)| format!("tcp-listen://127.0.0.1:{p}/{t}"))
+        .collect();
+    for (kind, port) in extra.iter().zip(&extra_ports) {
+        listeners.push(format!("{kind}://127.0.0.1:{port}"));
+    }
+    let all: Vec<u16> = ports.iter().chain(&extra_ports).copied().collect();
+    let server_args: Vec<String> = server_args.iter().map(|s| s.to_string()).collect();
+    let t = Tunnel::start(
+        runner,
+        &component(runner),
+        &listeners,
+        &all,
+        &server_args,
+        GuestIo::Capture(1 << 20),
+    )
+    .expect("tunnel");
+    (t, ports, extra_ports)
+}
+
+fn local(port: u16) -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 1], port))
+}
+
+fn check_upload(
+    url: &str,
+    file: &std::path::Path,
+    h2: bool,
+    log: &peers::Uploads,
+    size: usize,
+) -> Duration {
+    let before = log.lock().unwrap().len();
+    let answer = peers::curl_upload(url, file, h2).expect("curl upload");
+    let seen = peers::upload_after(log, before).unwrap();
+    assert!(
+        seen.ok,
+        "{url}: server saw a damaged upload of {} bytes",
+        seen.bytes
+    );
+    assert_eq!(answer.trim(), format!("ok {size}"), "{url}");
+    seen.elapsed
+}
+
+#[test]
+fn http_get_and_8mib_uploads_h1_h2_match_direct_byte_for_byte() {
+    let runner = runner();
+    let peers = PeerRuntime::new().unwrap();
+    let size = 8 << 20;
+    let data = Arc::new(peers::payload(size, 11));
+    let file = peers::data_file("jmux-test-upload.bin", &data).unwrap();
+    let (h1, h1_log) = peers.http1(data.clone()).unwrap();
+    let (h2, h2_log) = peers.http2(data.clone()).unwrap();
+    let (_t, ports, _) = tunnel(&runner, &[h1, h2], &[], &[]);
+
+    // GET, direct and through the tunnel.
+    for addr in [h1, local(ports[0])] {
+        let got = peers::curl(&[&format!("http://{addr}/data")]).unwrap();
+        assert!(
+            got == *data,
+            "GET via {addr}: {} bytes, not the payload",
+            got.len()
+        );
+    }
+    let h1_direct = check_upload(&format!("http://{h1}/up"), &file, false, &h1_log, size);
+    let h1_tunnel = check_upload(
+        &format!("http://{}/up", local(ports[0])),
+        &file,
+        false,
+        &h1_log,
+        size,
+    );
+    let h2_direct = check_upload(&format!("http://{h2}/up"), &file, true, &h2_log, size);
+    let h2_tunnel = check_upload(
+        &format!("http://{}/up", local(ports[1])),
+        &file,
+        true,
+        &h2_log,
+        size,
+    );
+    eprintln!("h1 {h1_tunnel:?} vs {h1_direct:?} direct; h2 {h2_tunnel:?} vs {h2_direct:?} direct");
+    // A flush timer or Nagle on the path costs >= 1 ms per window round
+    // trip: with 65535-byte windows an 8 MiB upload then takes seconds.
+    assert!(
+        h2_tunnel < Duration::from_secs(2),
+        "HTTP/2 upload took {h2_tunnel:?}"
+    );
+    assert!(
+        h1_tunnel < Duration::from_secs(2),
+        "HTTP/1.1 upload took {h1_tunnel:?}"
+    );
+}
+
+#[test]
+fn half_close_client_shuts_send_side_server_still_answers() {
+    let runner = runner();
+    // Reads until EOF, then answers with what it got, then closes.
+    let server = tcp_server(|mut tcp| async move {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let mut got = Vec::new();
+        tcp.read_to_end(&mut got).await.unwrap();
+        let reply = format!(
+            "got {} bytes ending {:?}",
+            got.len(),
+            &got[got.len().saturating_sub(3)..]
+        );
+        tcp.write_all(reply.as_bytes()).await.unwrap();
+    });
+    let (_t, ports, _) = tunnel(&runner, &[server], &[], &[]);
+    let mut tcp = TcpStream::connect(local(ports[0])).unwrap();
+    tcp.write_all(&vec![7u8; 100_000]).unwrap();
+    tcp.write_all(b"end").unwrap();
+    tcp.shutdown(std::net::Shutdown::Write).unwrap();
+    tcp.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut answer = String::new();
+    tcp.read_to_string(&mut answer).unwrap();
+    assert_eq!(answer, "got 100003 bytes ending [101, 110, 100]");
+}
+
+fn fnv(bytes: &[u8], mut h: u64) -> u64 {
+    for b in bytes {
+        h ^= u64::from(*b);
+        h = h.wrapping_mul(0x100000001b3);
+    }
+    h
+}
+
+#[test]
+fn hundred_concurrent_channels_each_with_its_own_checksum() {
+    let runner = runner();
+    // Hashes everything until EOF and answers "LEN HASH".
+    let server = tcp_server(|mut tcp| async move {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let (mut h, mut n) = (0xcbf29ce484222325u64, 0usize);
+        let mut buf = vec![0u8; 65536];
+        loop {
+            let k = tcp.read(&mut buf).await.unwrap();
+            if k == 0 {
+                break;
+            }
+            h = fnv(&buf[..k], h);
+            n += k;
+        }
+        tcp.write_all(format!("{n} {h:016x}").as_bytes())
+            .await
+            .unwrap();
+    });
+    let (_t, ports, _) = tunnel(&runner, &[server], &[], &[]);
+    let port = ports[0];
+    let started = Instant::now();
+    let clients: Vec<_> = (0..100u64)
+        .map(|i| {
+            std::thread::spawn(move || {
+                let data = peers::payload(100_000 + i as usize * 997, 1000 + i);
+                let mut tcp = TcpStream::connect(local(port)).unwrap();
+                tcp.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+                for chunk in data.chunks(7_000) {
+                    tcp.write_all(chunk).unwrap();
+                }
+                tcp.shutdown(std::net::Shutdown::Write).unwrap();
+                let mut answer = String::new();
+                tcp.read_to_string(&mut answer).unwrap();
+                let want = format!("{} {:016x}", data.len(), fnv(&data, 0xcbf29ce484222325));
+                assert_eq!(answer, want, "channel of client {i}");
+            })
+        })
+        .collect();
+    for c in clients {
+        c.join().expect("client");
+    }
+    eprintln!("100 channels in {:?}", started.elapsed());
+}
+
+#[test]
+fn socks5_and_http_proxy_listeners_driven_by_curl() {
+    let runner = runner();
+    let peers = PeerRuntime::new().unwrap();
+    let data = Arc::new(peers::payload(300_000, 5));
+    let (h1, _) = peers.http1(data.clone()).unwrap();
+    let (denied, _) = peers.http1(data.clone()).unwrap();
+    let refused = closed_port();
+    // The accepting guest opens only the HTTP server and the closed port.
+    let (_t, _, lp) = tunnel(
+        &runner,
+        &[],
+        &["socks5-listen", "http-listen"],
+        &[
+            "--allow",
+            &h1.to_string(),
+            "--allow",
+            &format!("127.0.0.1:{refused}"),
+        ],
+    );
+    let (socks, http) = (local(lp[0]), local(lp[1]));
+    let url = format!("http://{h1}/data");
+    for args in [
+        vec!["--socks5-hostname", &socks.to_string()[..], &url[..]],
+        vec!["--socks5", &socks.to_string()[..], &url[..]],
+        vec!["-x", &format!("http://{http}")[..], &url[..]],
+        vec!["-p", "-x", &format!("http://{http}")[..], &url[..]],
+    ] {
+        let got = peers::curl(&args).unwrap_or_else(|e| panic!("{args:?}: {e}"));
+        assert!(
+            got == *data,
+            "{args:?}: {} bytes, not the payload",
+            got.len()
+        );
+    }
+    // Refusals reach the client with the JMUX reason.
+    let denied_url = format!("http://{denied}/data");
+    let e = peers::curl(&["--socks5", &socks.to_string(), &denied_url]).unwrap_err();
+    // curl shows the SOCKS5 reply code: 2, not allowed by rule set.
+    assert!(e.to_string().contains("(2)"), "{e}");
+    let e = peers::curl(&["-p", "-x", &format!("http://{http}"), &denied_url]).unwrap_err();
+    assert!(e.to_string().contains("403"), "{e}");
+    let refused_url = format!("http://127.0.0.1:{refused}/");
+    let e = peers::curl(&["--socks5", &socks.to_string(), &refused_url]).unwrap_err();
+    assert!(e.to_string().contains("(5)"), "{e}");
+    let out = std::process::Command::new("curl")
+        .args(["-s", "-x", &format!("http://{http}"), &refused_url])
+        .output()
+        .unwrap();
+    let body = String::from_utf8_lossy(&out.stdout);
+    assert!(body.contains("connection refused (5)"), "{body}");
+}
+
+#[test]
+fn stalled_reader_stops_only_its_channel_and_memory_stays_bounded() {
+    let runner = runner();
+    // A source that writes up to 256 MiB and reports how much it got
+    // written.
+    let (written_tx, written_rx) = std::sync::mpsc::channel::<usize>();
+    let written_tx = Arc::new(std::sync::Mutex::new(written_tx));
+    let source = tcp_server(move |mut tcp| {
+        let tx = written_tx.clone();
+        async move {
+            use tokio::io::AsyncWriteExt;
+            let chunk = vec![0x42u8; 64 * 1024];
+            let mut total = 0usize;
+            while total < (256 << 20) {
+                match tokio::time::timeout(Duration::from_millis(500), tcp.write_all(&chunk)).await
+                {
+                    Ok(Ok(())) => total += chunk.len(),
+                    _ => break,
+                }
+            }
+            let _ = tx.lock().unwrap().send(total);
+        }
+    });
+    let (_t, ports, _) = tunnel(&runner, &[source], &[], &[]);
+    // Channel A: connects and never reads.
+    let stalled = TcpStream::connect(local(ports[0])).unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    // Channel B on the same pipe: reads 64 MiB.
+    let mut reader = TcpStream::connect(local(ports[0])).unwrap();
+    reader
+        .set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
+    let mut buf = vec![0u8; 256 * 1024];
+    let (mut got, want) = (0usize, 64usize << 20);
+    let started = Instant::now();
+    while got < want {
+        let n = reader
+            .read(&mut buf)
+            .expect("channel B stalled behind channel A");
+        assert!(n > 0);
+        got += n;
+    }
+    let elapsed = started.elapsed();
+    let mb_s = got as f64 / 1e6 / elapsed.as_secs_f64();
+    drop(reader);
+    // A's source gave up after 500 ms without progress: how much did the
+    // tunnel take from it while its reader was stalled?
+    let a_written = written_rx.recv_timeout(Duration::from_secs(10)).unwrap();
+    let b_written = written_rx.recv_timeout(Duration::from_secs(10)).unwrap();
+    let (a_written, _) = if a_written < b_written {
+        (a_written, b_written)
+    } else {
+        (b_written, a_written)
+    };
+    eprintln!("channel B: {mb_s:.0} MB/s; stalled channel A absorbed {a_written} bytes");
+    assert!(
+        mb_s > 20.0,
+        "channel B crawled at {mb_s:.1} MB/s next to a stalled channel"
+    );
+    // Kernel socket buffers on both ends plus the host's 256 KiB TCP buffer
+    // and the 256 KiB JMUX window: a few MiB, never the whole stream.
+    assert!(
+        a_written < 32 << 20,
+        "stalled channel absorbed {a_written} bytes"
+    );
+    drop(stalled);
+}
+
+/// A native JMUX peer: WebSocket client plus the `tether-jmux` codec.
+struct RawPeer {
+    ws: tokio_tungstenite::WebSocketStream<
+        tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>,
+    >,
+    decoder: Decoder,
+}
+
+impl RawPeer {
+    async fn connect(port: u16) -> RawPeer {
+        let (ws, _) = tokio_tungstenite::connect_async(format!("ws://127.0.0.1:{port}/jmux"))
+            .await
+            .expect("connect to the JMUX server guest");
+        RawPeer {
+            ws,
+            decoder: Decoder::new(),
+        }
+    }
+
+    async fn send(&mut self, msg: &Message) {
+        let mut bytes = Vec::new();
+        msg.encode(&mut bytes).unwrap();
+        self.ws.send(WsMessage::Binary(bytes.into())).await.unwrap();
+    }
+
+    async fn next(&mut self) -> Result<Message, Option<String>> {
+        loop {
+            if let Some(m) = self.decoder.next_message().unwrap() {
+                return Ok(m);
+            }
+            match tokio::time::timeout(Duration::from_secs(15), self.ws.next()).await {
+                Ok(Some(Ok(WsMessage::Binary(b)))) => {
+                    assert!(!b.is_empty(), "the guest sent an empty binary message");
+                    self.decoder.push(&b);
+                }
+                Ok(Some(Ok(WsMessage::Close(frame)))) => {
+                    return Err(frame.map(|f| format!("{} {}", u16::from(f.code), f.reason)));
+                }
+                Ok(Some(Ok(_))) => {}
+                other => panic!("no JMUX answer: {other:?}"),
+            }
+        }
+    }
+}
+
+fn open(id: u32, url: &str) -> Message {
+    Message::Open {
+        sender_channel_id: id,
+        initial_window_size: 1 << 16,
+        maximum_packet_size: 4096,
+        destination_url: url.into(),
+    }
+}
+
+fn server_guest(runner: &Arc<Runner>, args: &[&str]) -> (tether_host::jmux::GuestThread, u16) {
+    let port = free_port().unwrap();
+    let mut all = vec!["jmux".to_string(), format!("ws-listen://127.0.0.1:{port}")];
+    all.extend(args.iter().map(|s| s.to_string()));
+    let g = tether_host::jmux::GuestThread::spawn(
+        runner.clone(),
+        component(runner),
+        all,
+        GuestIo::Capture(1 << 20),
+    )
+    .unwrap();
+    tether_host::jmux::wait_listening(&[port], Duration::from_secs(20), || !g.is_finished())
+        .unwrap();
+    (g, port)
+}
+
+#[test]
+fn every_open_gets_an_answer_with_the_spec_reason_code() {
+    // The host admits 127.0.0.1 and names under .invalid (so DNS runs and
+    // fails); the guest's own rules admit a narrower set.
+    let mut config = tunnel_config();
+    config.policy.allow.push("*.invalid:*".parse().unwrap());
+    let runner = Arc::new(Runner::new(config, EngineKind::Cranelift).unwrap());
+    let echo = PeerRuntime::new().unwrap();
+    let echo_addr = echo.echo().unwrap();
+    let refused = closed_port();
+    let (_g, port) = server_guest(
+        &runner,
+        &[
+            "--allow",
+            &echo_addr.to_string(),
+            "--allow",
+            &format!("127.0.0.1:{refused}"),
+            "--allow",
+            "*.invalid:*",
+            "--allow",
+            "10.0.0.0/8:*",
+        ],
+    );
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let mut peer = RawPeer::connect(port).await;
+        let cases: Vec<(String, Option<ReasonCode>)> = vec![
+            (format!("tcp://{echo_addr}"), None),
+            (
+                "udp://127.0.0.1:53".into(),
+                Some(ReasonCode::AddressTypeNotSupported),
+            ),
+            (
+                "no-scheme".into(),
+                Some(ReasonCode::AddressTypeNotSupported),
+            ),
+            (
+                "tcp://127.0.0.1:1".into(),
+                Some(ReasonCode::NotAllowedByRuleSet),
+            ),
+            // Allowed by the guest's rule, refused by the host's policy.
+            (
+                "tcp://10.1.2.3:80".into(),
+                Some(ReasonCode::NotAllowedByRuleSet),
+            ),
+            (
+                "tcp://no-such-host.invalid:80".into(),
+                Some(ReasonCode::HostUnreachable),
+            ),
+            (
+                format!("tcp://127.0.0.1:{refused}"),
+                Some(ReasonCode::ConnectionRefused),
+            ),
+        ];
+        for (i, (url, _)) in cases.iter().enumerate() {
+            peer.send(&open(i as u32, url)).await;
+        }
+        let mut answers = std::collections::HashMap::new();
+        while answers.len() < cases.len() {
+            match peer.next().await.expect("session alive") {
+                Message::OpenSuccess {
+                    recipient_channel_id,
+                    initial_window_size,
+                    maximum_packet_size,
+                    ..
+                } => {
+                    assert_eq!((initial_window_size > 0, maximum_packet_size), (true, 4096));
+                    answers.insert(recipient_channel_id, None);
+                }
+                Message::OpenFailure {
+                    recipient_channel_id,
+                    reason_code,
+                    description,
+                } => {
+                    assert!(!description.is_empty());
+                    answers.insert(recipient_channel_id, Some(reason_code));
+                }
+                other => panic!("unexpected {other:?}"),
+            }
+        }
+        for (i, (url, want)) in cases.iter().enumerate() {
+            assert_eq!(answers[&(i as u32)], *want, "OPEN {url}");
+        }
+        // DATA for an unknown channel is dropped, the session goes on; the
+        // open channel echoes.
+        peer.send(&Message::Data {
+            recipient_channel_id: 999,
+            payload: bytes::Bytes::from_static(b"lost"),
+        })
+        .await;
+        let mut remote = None;
+        // Find the guest's id for channel 0 by sending on it: the guest
+        // answered OPEN SUCCESS with its id as sender id; re-open to learn
+        // it deterministically.
+        peer.send(&open(50, &format!("tcp://{echo_addr}"))).await;
+        while remote.is_none() {
+            if let Message::OpenSuccess {
+                recipient_channel_id: 50,
+                sender_channel_id,
+                ..
+            } = peer.next().await.unwrap()
+            {
+                remote = Some(sender_channel_id);
+            }
+        }
+        let remote = remote.unwrap();
+        peer.send(&Message::Data {
+            recipient_channel_id: remote,
+            payload: bytes::Bytes::from_static(b"ping"),
+        })
+        .await;
+        loop {
+            match peer.next().await.unwrap() {
+                Message::Data {
+                    recipient_channel_id: 50,
+                    payload,
+                } => {
+                    assert_eq!(&payload[..], b"ping");
+                    break;
+                }
+                Message::WindowAdjust { .. } => {}
+                other => panic!("unexpected {other:?}"),
+            }
+        }
+        // DATA beyond the granted window is a protocol error that ends the
+        // session with a message naming it.
+        // All in one WebSocket message, so the guest cannot consume (and
+        // re-grant) in between.
+        let mut burst = Vec::new();
+        for _ in 0..6 {
+            Message::Data {
+                recipient_channel_id: remote,
+                payload: bytes::Bytes::from(vec![0u8; 60_000]),
+            }
+            .encode(&mut burst)
+            .unwrap();
+        }
+        peer.ws.send(WsMessage::Binary(burst.into())).await.unwrap();
+        let end = loop {
+            match peer.next().await {
+                Ok(_) => continue,
+                Err(close) => break close,
+            }
+        };
+        let end = end.expect("a close frame with a reason");
+        assert!(end.starts_with("4002 "), "{end}");
+        assert!(end.contains("exceeds the granted window"), "{end}");
+    });
+}
+
+#[test]
+fn malformed_input_ends_the_session_naming_the_message() {
+    let runner = runner();
+    let (g, port) = server_guest(&runner, &["--allow-all"]);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let close = rt.block_on(async {
+        let mut peer = RawPeer::connect(port).await;
+        // An OPEN whose msgSize (6) is below its fixed part.
+        peer.ws
+            .send(WsMessage::Binary(vec![100, 0, 6, 0, 0, 0].into()))
+            .await
+            .unwrap();
+        peer.next().await.expect_err("the session must end")
+    });
+    let close = close.expect("a close frame with a reason");
+    assert!(close.starts_with("4002 "), "{close}");
+    assert!(close.contains("OPEN"), "{close}");
+    let outcome = g
+        .wait(Duration::from_secs(5))
+        .expect("the guest ended by itself");
+    let stderr = String::from_utf8_lossy(&outcome.stderr);
+    assert!(!outcome.success(), "{stderr}");
+    assert!(
+        stderr.contains("OPEN") && stderr.contains("msgSize 6"),
+        "{stderr}"
+    );
+}
