@@ -2,6 +2,7 @@
 //! memory and runaway limits, stdout capture.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use wasmtime::component::{Component, Linker, ResourceTable};
@@ -97,9 +98,11 @@ pub struct GuestState {
     table: ResourceTable,
     tether: TetherCtx,
     limits: StoreLimits,
-    /// When the guest last got control back from the host; the runaway
-    /// check measures from here.
-    resumed: Instant,
+    /// The ticker's count when the guest last got control back from the
+    /// host; the runaway check measures from here (an atomic load per host
+    /// call instead of a clock read).
+    resumed: u64,
+    ticks: Arc<AtomicU64>,
     /// Set while the guest is parked by the epoch callback's yield, so
     /// that coming back from it does not count as a return to the host.
     epoch_yield: bool,
@@ -145,11 +148,16 @@ pub struct Runner {
     linker: Linker<GuestState>,
     host: Arc<HostCtx>,
     kind: EngineKind,
+    /// Epoch ticks since the runner started (the ticker thread counts them).
+    ticks: Arc<AtomicU64>,
 }
 
 fn engine_config(kind: EngineKind, config: &Config) -> EngineConfig {
     let mut c = EngineConfig::new();
     c.epoch_interruption(true);
+    // WASIp2 guests need no component-model concurrency; without it every
+    // host call skips the concurrent-task bookkeeping.
+    c.concurrency_support(false);
     match kind {
         EngineKind::Cranelift => {}
         EngineKind::Winch => {
@@ -179,12 +187,15 @@ impl Runner {
         let mut linker = Linker::new(&engine);
         wasmtime_wasi::p2::add_to_linker_async(&mut linker)?;
         crate::add_to_linker(&mut linker)?;
+        let ticks = Arc::new(AtomicU64::new(0));
+        let counter = ticks.clone();
         let weak = engine.weak();
         let tick = config.limits.epoch_tick;
         std::thread::Builder::new()
             .name("tether-epoch".into())
             .spawn(move || {
                 while let Some(engine) = weak.upgrade() {
+                    counter.fetch_add(1, Ordering::Relaxed);
                     engine.increment_epoch();
                     drop(engine);
                     std::thread::sleep(tick);
@@ -195,6 +206,7 @@ impl Runner {
             linker,
             host: HostCtx::new(config)?,
             kind,
+            ticks,
         })
     }
 
@@ -276,7 +288,8 @@ impl Runner {
                 .memory_size(limits.max_memory_bytes)
                 .trap_on_grow_failure(true)
                 .build(),
-            resumed: Instant::now(),
+            resumed: self.ticks.load(Ordering::Relaxed),
+            ticks: self.ticks.clone(),
             epoch_yield: false,
         };
         let mut store = Store::new(&self.engine, state);
@@ -287,15 +300,21 @@ impl Runner {
                 if data.epoch_yield {
                     data.epoch_yield = false;
                 } else {
-                    data.resumed = Instant::now();
+                    data.resumed = data.ticks.load(Ordering::Relaxed);
                 }
             }
             Ok(())
         });
         let max_run = limits.max_run_without_yield;
+        let max_ticks = (max_run.as_nanos() / limits.epoch_tick.as_nanos().max(1)) as u64;
         store.epoch_deadline_callback(move |mut ctx| {
             let data = ctx.data_mut();
-            if data.resumed.elapsed() > max_run {
+            if data
+                .ticks
+                .load(Ordering::Relaxed)
+                .saturating_sub(data.resumed)
+                > max_ticks
+            {
                 return Err(Runaway(max_run).into());
             }
             // The yield below returns through the host: not a real return.

@@ -221,19 +221,21 @@ impl InputStream for TcpInput {
         if self.closed {
             return Err(StreamError::Closed);
         }
-        let mut buf = vec![0u8; size.min(self.chunk)];
-        if buf.is_empty() {
+        let want = size.min(self.chunk);
+        if want == 0 {
             return Ok(Bytes::new());
         }
-        match self.stream.try_read(&mut buf) {
+        // Uninitialised capacity: no memset of bytes the kernel overwrites.
+        let mut buf = bytes::BytesMut::with_capacity(want);
+        match self
+            .stream
+            .try_read_buf(&mut bytes::BufMut::limit(&mut buf, want))
+        {
             Ok(0) => {
                 self.closed = true;
                 Err(StreamError::Closed)
             }
-            Ok(n) => {
-                buf.truncate(n);
-                Ok(buf.into())
-            }
+            Ok(_) => Ok(buf.freeze()),
             Err(e)
                 if e.kind() == io::ErrorKind::WouldBlock
                     || e.kind() == io::ErrorKind::Interrupted =>

@@ -412,52 +412,53 @@ where
             .wait_until(|| shared.lock().inbound_bytes < shared.inbound_limit)
             .await;
         let item = rx.next().await;
-        let mut st = shared.lock();
-        let message = match item {
-            Some(Ok(WsMessage::Text(t))) => Message::Text(t.as_str().to_owned()),
-            Some(Ok(WsMessage::Binary(b))) => Message::Binary(b.into()),
-            Some(Ok(WsMessage::Close(frame))) => {
-                st.close_info = Some(match frame {
-                    Some(f) => CloseInfo {
-                        code: f.code.into(),
-                        reason: f.reason.as_str().to_owned(),
-                    },
-                    None => CloseInfo {
-                        code: CLOSE_NO_STATUS,
-                        reason: String::new(),
-                    },
-                });
-                // tungstenite answers the close; keep reading until the
-                // connection ends.
-                continue;
-            }
-            Some(Ok(_)) => continue, // ping, pong: answered by tungstenite
-            Some(Err(tungstenite::Error::Capacity(c))) => {
-                st.close_info = Some(CloseInfo {
-                    code: CLOSE_TOO_BIG,
-                    reason: "message too big".into(),
-                });
-                if !st.close_queued {
-                    st.close_queued = true;
-                    st.outbound.push_back(WsMessage::Close(Some(CloseFrame {
-                        code: CLOSE_TOO_BIG.into(),
-                        reason: "message too big".into(),
-                    })));
-                    shared.outbound_work.wake();
+        {
+            let mut st = shared.lock();
+            let message = match item {
+                Some(Ok(WsMessage::Text(t))) => Message::Text(t.as_str().to_owned()),
+                Some(Ok(WsMessage::Binary(b))) => Message::Binary(b.into()),
+                Some(Ok(WsMessage::Close(frame))) => {
+                    st.close_info = Some(match frame {
+                        Some(f) => CloseInfo {
+                            code: f.code.into(),
+                            reason: f.reason.as_str().to_owned(),
+                        },
+                        None => CloseInfo {
+                            code: CLOSE_NO_STATUS,
+                            reason: String::new(),
+                        },
+                    });
+                    // tungstenite answers the close; keep reading until the
+                    // connection ends.
+                    continue;
                 }
-                tracing::warn!(peer_limit = shared.max_message, "closing stream: {c}");
-                break ErrorCode::MessageTooLarge(shared.max_message as u64);
-            }
-            // After the peer's close frame, how the transport ends (even
-            // without a TLS close_notify) no longer matters.
-            Some(Err(_)) | None if st.close_info.is_some() => break ErrorCode::Closed,
-            Some(Err(e)) => break classify(e),
-            None => break ErrorCode::Closed,
-        };
-        st.inbound_bytes += message_len(&message);
-        shared.stats.add_buffered(message_len(&message));
-        st.inbound.push_back(message);
-        drop(st);
+                Some(Ok(_)) => continue, // ping, pong: answered by tungstenite
+                Some(Err(tungstenite::Error::Capacity(c))) => {
+                    st.close_info = Some(CloseInfo {
+                        code: CLOSE_TOO_BIG,
+                        reason: "message too big".into(),
+                    });
+                    if !st.close_queued {
+                        st.close_queued = true;
+                        st.outbound.push_back(WsMessage::Close(Some(CloseFrame {
+                            code: CLOSE_TOO_BIG.into(),
+                            reason: "message too big".into(),
+                        })));
+                        shared.outbound_work.wake();
+                    }
+                    tracing::warn!(peer_limit = shared.max_message, "closing stream: {c}");
+                    break ErrorCode::MessageTooLarge(shared.max_message as u64);
+                }
+                // After the peer's close frame, how the transport ends (even
+                // without a TLS close_notify) no longer matters.
+                Some(Err(_)) | None if st.close_info.is_some() => break ErrorCode::Closed,
+                Some(Err(e)) => break classify(e),
+                None => break ErrorCode::Closed,
+            };
+            st.inbound_bytes += message_len(&message);
+            shared.stats.add_buffered(message_len(&message));
+            st.inbound.push_back(message);
+        }
         shared.readable.wake();
     };
     let mut st = shared.lock();
