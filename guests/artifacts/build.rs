@@ -8,6 +8,7 @@ use std::process::Command;
 const GUESTS: &[(&str, &str)] = &[
     ("tether-guest-echo", "echo"),
     ("tether-guest-probe", "probe"),
+    ("tether-guest-quic-echo", "quic-echo"),
     ("tether-guest-conformance", "conformance-suite"),
     ("tether-guest-conformance", "conformance-suite-p3"),
     ("tether-guest-conformance", "conformance-suite"),

@@ -47,6 +47,7 @@ pub mod jmux;
 pub mod net;
 pub mod p3;
 pub mod policy;
+pub mod quic;
 pub mod ready;
 pub mod runner;
 pub mod tcp;

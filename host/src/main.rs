@@ -42,6 +42,9 @@ enum Command {
 enum BenchCommand {
     /// Echo round trips, messages/s and MB/s: guest vs native client.
     Echo(BenchEchoArgs),
+    /// QUIC over message streams: handshake, round trip and bulk echo in
+    /// every guest/native pairing, with the guest's tax over native.
+    Quic(BenchQuicArgs),
     /// A two-guest JMUX tunnel vs direct: HTTP/2 and HTTP/1.1 uploads, bulk
     /// MB/s and CPU per GB, added round trip.
     Jmux(BenchJmuxArgs),
@@ -193,6 +196,16 @@ struct BenchEchoArgs {
     url: Option<String>,
 }
 
+#[derive(Args)]
+struct BenchQuicArgs {
+    /// Print one JSON object instead of the table.
+    #[arg(long)]
+    json: bool,
+    /// A short smoke run (CI).
+    #[arg(long)]
+    quick: bool,
+}
+
 fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(
@@ -289,6 +302,30 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 );
                 println!("{}", report.table());
             }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Bench(BenchCommand::Quic(args)) => {
+            use tether_host::bench::quic;
+            let workload = if args.quick {
+                quic::Workload::quick()
+            } else {
+                quic::Workload::bench()
+            };
+            let report = quic::run(&workload).await?;
+            if args.json {
+                println!("{}", serde_json::to_string(&report)?);
+            } else {
+                println!(
+                    "tether bench quic: QUIC over WebSocket message streams, one datagram per message\n\
+                     per pairing: {} handshakes, {} round trips of {} B, {} MiB bulk echo\n",
+                    workload.handshakes,
+                    workload.rtt.0,
+                    workload.rtt.1,
+                    workload.bulk_bytes >> 20
+                );
+                println!("{}", report.table());
+            }
+            quic::check_guard(&report)?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Bench(BenchCommand::Echo(args)) => {

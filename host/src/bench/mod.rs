@@ -4,3 +4,4 @@
 
 pub mod echo;
 pub mod jmux;
+pub mod quic;

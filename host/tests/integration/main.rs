@@ -4,5 +4,6 @@
 mod common;
 mod jmux;
 mod limits;
+mod quic;
 mod tcp;
 mod websocket;

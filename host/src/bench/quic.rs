@@ -1,0 +1,484 @@
+//! `tether bench quic`: QUIC over message streams in every pairing of the
+//! `quic-echo` guest and the native peer (`crate::quic`), client -> server:
+//! native -> native (the baseline), guest -> native, native -> guest,
+//! guest -> guest. Servers run on their own thread and runtime, clients on
+//! the caller's, all in one process and one run.
+//!
+//! Per pairing: handshake time p50/p99 (ms, from the client's first
+//! datagram to `Connected`, one fresh message stream each), echo round
+//! trip p50/p99 (us, 32-byte messages on one stream) and bulk echo
+//! throughput (MB/s, 10^6 bytes, echoed bytes counted once, every byte
+//! verified). The tax rows compare the guest client (guest -> native) with
+//! native -> native; the run fails when the guest's handshake p50 is more
+//! than [`HANDSHAKE_TAX_GUARD_MS`] above native's (lesson 3 of
+//! latency-lessons.md: a polling tax must not quietly return).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use serde::Serialize;
+use tether_quic::{Identity, Options, Phase};
+use wasmtime::component::Component;
+
+use crate::bench::echo::percentile_us;
+use crate::policy::Policy;
+use crate::quic::{self as peer, ClientRun, Faults, NativeServer};
+use crate::runner::{EngineKind, GuestIo, Runner};
+use crate::{Config, Limits};
+
+/// The largest guest handshake p50 above native's that the run accepts, ms.
+pub const HANDSHAKE_TAX_GUARD_MS: f64 = 10.0;
+
+/// How much each pairing does.
+#[derive(Clone, Copy, Debug)]
+pub struct Workload {
+    /// Handshake-only connections (the first is a warm-up, not counted).
+    pub handshakes: usize,
+    /// Unrecorded round trips first.
+    pub warmup: usize,
+    /// Recorded round trips and their size, bytes.
+    pub rtt: (usize, usize),
+    /// Bytes of the bulk echo.
+    pub bulk_bytes: u64,
+}
+
+impl Workload {
+    /// The full benchmark.
+    pub fn bench() -> Workload {
+        Workload {
+            handshakes: 100,
+            warmup: 200,
+            rtt: (2000, 32),
+            bulk_bytes: 64 << 20,
+        }
+    }
+
+    /// A smoke run for CI.
+    pub fn quick() -> Workload {
+        Workload {
+            handshakes: 10,
+            warmup: 50,
+            rtt: (200, 32),
+            bulk_bytes: 4 << 20,
+        }
+    }
+
+    fn phases(&self) -> Vec<String> {
+        vec![
+            format!("rtt:{}:{}", self.warmup, self.rtt.1),
+            format!("rtt:{}:{}", self.rtt.0, self.rtt.1),
+            format!("stream:{}", self.bulk_bytes),
+        ]
+    }
+}
+
+/// Who runs a side of a pairing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Side {
+    /// The native peer (`crate::quic`).
+    Native,
+    /// The `quic-echo` guest through the host.
+    Guest,
+}
+
+/// The figures of one pairing.
+#[derive(Clone, Debug, Serialize)]
+pub struct PairingReport {
+    /// `client->server`, e.g. `guest->native`.
+    pub name: String,
+    pub client: Side,
+    pub server: Side,
+    pub handshake_ms_p50: f64,
+    pub handshake_ms_p99: f64,
+    pub rtt_us_p50: f64,
+    pub rtt_us_p99: f64,
+    pub bulk_mb_per_s: f64,
+    /// Handshakes measured.
+    pub handshakes: usize,
+    /// Round trips measured.
+    pub rtt_samples: usize,
+}
+
+/// The whole run. Headline fields are the guest client against the native
+/// server next to native against native; `pairings` has all four.
+#[derive(Clone, Debug, Serialize)]
+pub struct Report {
+    pub handshake_ms_p50: f64,
+    pub handshake_ms_p99: f64,
+    pub native_handshake_ms_p50: f64,
+    pub native_handshake_ms_p99: f64,
+    /// Guest handshake p50 minus native handshake p50, ms.
+    pub handshake_tax_ms: f64,
+    pub rtt_us_p50: f64,
+    pub rtt_us_p99: f64,
+    pub native_rtt_us_p50: f64,
+    pub native_rtt_us_p99: f64,
+    /// Guest round-trip p50 minus native round-trip p50, us.
+    pub rtt_tax_us: f64,
+    pub bulk_mb_per_s: f64,
+    pub native_bulk_mb_per_s: f64,
+    /// Guest bulk MB/s over native bulk MB/s.
+    pub bulk_ratio: f64,
+    pub bulk_bytes: u64,
+    pub rtt_message_bytes: usize,
+    /// The tax guard applied, ms.
+    pub handshake_tax_guard_ms: f64,
+    pub pairings: Vec<PairingReport>,
+}
+
+impl Report {
+    fn pairing(&self, client: Side, server: Side) -> &PairingReport {
+        self.pairings
+            .iter()
+            .find(|p| p.client == client && p.server == server)
+            .expect("every pairing runs")
+    }
+
+    /// The human-readable table.
+    pub fn table(&self) -> String {
+        let mut t = format!(
+            "{:<22} {:>12} {:>12} {:>11} {:>11} {:>11}\n",
+            "client -> server", "handshake", "handshake", "rtt p50", "rtt p99", "bulk echo"
+        );
+        t += &format!(
+            "{:<22} {:>12} {:>12} {:>11} {:>11} {:>11}\n",
+            "", "p50 (ms)", "p99 (ms)", "(us)", "(us)", "(MB/s)"
+        );
+        for p in &self.pairings {
+            t += &format!(
+                "{:<22} {:>12.2} {:>12.2} {:>11.1} {:>11.1} {:>11.1}\n",
+                p.name.replace("->", " -> "),
+                p.handshake_ms_p50,
+                p.handshake_ms_p99,
+                p.rtt_us_p50,
+                p.rtt_us_p99,
+                p.bulk_mb_per_s
+            );
+        }
+        t += &format!(
+            "\ntax, guest -> native vs native -> native:\n  handshake_tax_ms {:+.2} (guard: at most {:.0})\n  rtt_tax_us       {:+.1}\n  bulk ratio       {:.2}x\n",
+            self.handshake_tax_ms, self.handshake_tax_guard_ms, self.rtt_tax_us, self.bulk_ratio
+        );
+        t
+    }
+}
+
+fn to_ns(d: &[Duration]) -> Vec<u64> {
+    d.iter().map(|d| d.as_nanos() as u64).collect()
+}
+
+fn summarize(
+    client: Side,
+    server: Side,
+    run: &ClientRun,
+    w: &Workload,
+) -> anyhow::Result<PairingReport> {
+    let name = format!(
+        "{}->{}",
+        if client == Side::Guest {
+            "guest"
+        } else {
+            "native"
+        },
+        if server == Side::Guest {
+            "guest"
+        } else {
+            "native"
+        }
+    );
+    if let Some((kind, message)) = &run.error {
+        bail!("{name}: the client failed ({kind}): {message}");
+    }
+    // The first handshake warms up code paths and caches.
+    let handshakes = to_ns(run.handshakes.get(1..).unwrap_or_default());
+    let rtts: Vec<&Vec<u64>> = run
+        .reports
+        .iter()
+        .filter_map(|r| match r {
+            tether_quic::Report::Rtt { samples_ns, .. } => Some(samples_ns),
+            _ => None,
+        })
+        .collect();
+    let streams = run.streams();
+    if handshakes.len() != w.handshakes || rtts.len() != 2 || streams.len() != 1 {
+        bail!("{name}: incomplete results: {run:?}");
+    }
+    let rtt = rtts[1];
+    let (bytes, elapsed) = streams[0];
+    Ok(PairingReport {
+        name,
+        client,
+        server,
+        handshake_ms_p50: percentile_us(&handshakes, 50.0) / 1000.0,
+        handshake_ms_p99: percentile_us(&handshakes, 99.0) / 1000.0,
+        rtt_us_p50: percentile_us(rtt, 50.0),
+        rtt_us_p99: percentile_us(rtt, 99.0),
+        bulk_mb_per_s: bytes as f64 / elapsed.as_secs_f64().max(1e-9) / 1e6,
+        handshakes: handshakes.len(),
+        rtt_samples: rtt.len(),
+    })
+}
+
+/// The host configuration for the guests: dial and listen on 127.0.0.1.
+pub fn local_config() -> Config {
+    let rule = |r: &str| r.parse().expect("valid rule");
+    Config {
+        policy: Policy {
+            allow: vec![rule("127.0.0.1:*")],
+            deny: Vec::new(),
+            listen: vec![rule("127.0.0.1:*")],
+        },
+        limits: Limits::default(),
+        ..Config::default()
+    }
+}
+
+/// Runs the guest client against `url` and parses its output.
+pub async fn guest_client(
+    runner: &Runner,
+    component: &Component,
+    url: &str,
+    trusted_der: &[u8],
+    options: &Options,
+    handshakes: usize,
+    phases: &[String],
+) -> anyhow::Result<ClientRun> {
+    let args = peer::guest_client_args(url, trusted_der, options, handshakes, phases);
+    let outcome = runner
+        .run(component, &args, GuestIo::Capture(16 << 20))
+        .await;
+    let run = peer::parse_client_output(&outcome.stdout_text());
+    if run.error.is_none() && !outcome.success() {
+        bail!(
+            "the quic-echo client failed: {:?}\nstdout: {}\nstderr: {}",
+            outcome.result,
+            outcome.stdout_text(),
+            String::from_utf8_lossy(&outcome.stderr)
+        );
+    }
+    Ok(run)
+}
+
+/// A guest server listening on a free 127.0.0.1 port, on its own thread
+/// and runtime, serving `max` connections then exiting.
+pub struct GuestServer {
+    /// `ws://ADDR/quic`.
+    pub url: String,
+    thread: Option<std::thread::JoinHandle<crate::runner::Outcome>>,
+}
+
+impl GuestServer {
+    /// Starts the guest and waits until it listens. Errors: no free port,
+    /// the guest never listened.
+    pub async fn start(
+        runner: Arc<Runner>,
+        component: Component,
+        identity: &Identity,
+        options: &Options,
+        max: u64,
+    ) -> anyhow::Result<GuestServer> {
+        let addr = peer::free_local_addr()?;
+        let args = peer::guest_server_args(["listen", &addr.to_string()], identity, options, max);
+        let thread = std::thread::Builder::new()
+            .name("quic-guest-server".into())
+            .spawn(move || {
+                let rt = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .expect("runtime");
+                rt.block_on(runner.run(&component, &args, GuestIo::Capture(1 << 20)))
+            })?;
+        let server = GuestServer {
+            url: format!("ws://{addr}/quic"),
+            thread: Some(thread),
+        };
+        peer::wait_for_listener(addr, Duration::from_secs(10)).await?;
+        Ok(server)
+    }
+
+    /// Waits for the guest to exit (after its `max` connections) and
+    /// returns how it went. Errors: it failed.
+    pub async fn finish(mut self) -> anyhow::Result<crate::runner::Outcome> {
+        let thread = self.thread.take().expect("joined once");
+        let outcome = tokio::task::spawn_blocking(move || thread.join())
+            .await?
+            .map_err(|_| anyhow::anyhow!("the guest server thread panicked"))?;
+        if !outcome.success() {
+            bail!(
+                "the quic-echo server failed: {:?}\nstdout: {}\nstderr: {}",
+                outcome.result,
+                outcome.stdout_text(),
+                String::from_utf8_lossy(&outcome.stderr)
+            );
+        }
+        Ok(outcome)
+    }
+}
+
+/// Runs one pairing and returns the client's results.
+#[allow(clippy::too_many_arguments)]
+pub async fn run_pairing(
+    runner: &Arc<Runner>,
+    component: &Component,
+    identity: &Identity,
+    options: &Options,
+    client: Side,
+    server: Side,
+    handshakes: usize,
+    phases: &[String],
+) -> anyhow::Result<ClientRun> {
+    let connections = handshakes as u64 + 1;
+    let (native, guest) = match server {
+        Side::Native => (
+            Some(NativeServer::start(identity, options, Faults::default())?),
+            None,
+        ),
+        Side::Guest => (
+            None,
+            Some(
+                GuestServer::start(
+                    runner.clone(),
+                    component.clone(),
+                    identity,
+                    options,
+                    connections,
+                )
+                .await?,
+            ),
+        ),
+    };
+    let url = match (&native, &guest) {
+        (Some(n), _) => n.url(),
+        (_, Some(g)) => g.url.clone(),
+        _ => unreachable!(),
+    };
+    let run = match client {
+        Side::Native => {
+            let parsed = phases
+                .iter()
+                .map(|p| p.parse::<Phase>())
+                .collect::<Result<Vec<_>, _>>()?;
+            peer::native_client(
+                &url,
+                &identity.cert_der,
+                options,
+                handshakes,
+                &parsed,
+                Faults::default(),
+            )
+            .await?
+        }
+        Side::Guest => {
+            guest_client(
+                runner,
+                component,
+                &url,
+                &identity.cert_der,
+                options,
+                handshakes,
+                phases,
+            )
+            .await?
+        }
+    };
+    if let Some(g) = guest {
+        if run.error.is_none() {
+            g.finish().await.context("guest server")?;
+        }
+    } else if let Some(n) = native
+        && run.error.is_none()
+    {
+        let served = n
+            .wait_served(connections as usize, Duration::from_secs(10))
+            .await?;
+        if let Some(e) = served.iter().find_map(|s| s.ended.error.as_ref()) {
+            bail!("the native server failed: {e}");
+        }
+    }
+    Ok(run)
+}
+
+/// Runs every pairing with `w` and computes the report. Errors: a side
+/// failed, or the handshake tax guard tripped.
+pub async fn run(w: &Workload) -> anyhow::Result<Report> {
+    let runner = Arc::new(Runner::new(local_config(), EngineKind::Cranelift)?);
+    let component = runner.compile(tether_guest_artifacts::QUIC_ECHO)?;
+    let identity = Identity::generate(&[tether_quic::DEFAULT_SERVER_NAME])?;
+    let options = Options::default();
+    let phases = w.phases();
+    let mut pairings = Vec::new();
+    for (client, server) in [
+        (Side::Native, Side::Native),
+        (Side::Guest, Side::Native),
+        (Side::Native, Side::Guest),
+        (Side::Guest, Side::Guest),
+    ] {
+        let run = run_pairing(
+            &runner,
+            &component,
+            &identity,
+            &options,
+            client,
+            server,
+            w.handshakes,
+            &phases,
+        )
+        .await?;
+        pairings.push(summarize(client, server, &run, w)?);
+    }
+    let mut report = Report {
+        handshake_ms_p50: 0.0,
+        handshake_ms_p99: 0.0,
+        native_handshake_ms_p50: 0.0,
+        native_handshake_ms_p99: 0.0,
+        handshake_tax_ms: 0.0,
+        rtt_us_p50: 0.0,
+        rtt_us_p99: 0.0,
+        native_rtt_us_p50: 0.0,
+        native_rtt_us_p99: 0.0,
+        rtt_tax_us: 0.0,
+        bulk_mb_per_s: 0.0,
+        native_bulk_mb_per_s: 0.0,
+        bulk_ratio: 0.0,
+        bulk_bytes: w.bulk_bytes,
+        rtt_message_bytes: w.rtt.1,
+        handshake_tax_guard_ms: HANDSHAKE_TAX_GUARD_MS,
+        pairings,
+    };
+    let native = report.pairing(Side::Native, Side::Native).clone();
+    let guest = report.pairing(Side::Guest, Side::Native).clone();
+    report.handshake_ms_p50 = guest.handshake_ms_p50;
+    report.handshake_ms_p99 = guest.handshake_ms_p99;
+    report.native_handshake_ms_p50 = native.handshake_ms_p50;
+    report.native_handshake_ms_p99 = native.handshake_ms_p99;
+    report.handshake_tax_ms = guest.handshake_ms_p50 - native.handshake_ms_p50;
+    report.rtt_us_p50 = guest.rtt_us_p50;
+    report.rtt_us_p99 = guest.rtt_us_p99;
+    report.native_rtt_us_p50 = native.rtt_us_p50;
+    report.native_rtt_us_p99 = native.rtt_us_p99;
+    report.rtt_tax_us = guest.rtt_us_p50 - native.rtt_us_p50;
+    report.bulk_mb_per_s = guest.bulk_mb_per_s;
+    report.native_bulk_mb_per_s = native.bulk_mb_per_s;
+    report.bulk_ratio = guest.bulk_mb_per_s / native.bulk_mb_per_s;
+    Ok(report)
+}
+
+/// Fails when any pairing with a guest has a handshake p50 more than
+/// [`HANDSHAKE_TAX_GUARD_MS`] above native's.
+pub fn check_guard(report: &Report) -> anyhow::Result<()> {
+    for p in &report.pairings {
+        let tax = p.handshake_ms_p50 - report.native_handshake_ms_p50;
+        if tax > HANDSHAKE_TAX_GUARD_MS {
+            bail!(
+                "handshake tax guard: {} handshake p50 {:.2} ms is {:.2} ms above native's {:.2} ms (at most {HANDSHAKE_TAX_GUARD_MS} ms)",
+                p.name,
+                p.handshake_ms_p50,
+                tax,
+                report.native_handshake_ms_p50
+            );
+        }
+    }
+    Ok(())
+}

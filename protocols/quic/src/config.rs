@@ -1,0 +1,255 @@
+//! QUIC and TLS configuration: transport options, the server's identity,
+//! the client's trust anchor, ALPN.
+//!
+//! Every connection runs TLS 1.3 with rustls and the *ring* provider (also
+//! inside a `wasm32-wasip2` guest). The client verifies the server's
+//! certificate against one trusted certificate handed to it (the server's
+//! own self-signed certificate or the CA that signed it), and both sides
+//! require ALPN: a client that offers none of the server's protocols is
+//! refused during the handshake.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use quinn_proto::crypto::rustls::{QuicClientConfig, QuicServerConfig};
+use quinn_proto::{IdleTimeout, TransportConfig, VarInt};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
+
+use crate::Error;
+
+/// The application protocol the echo guest and its peers speak.
+pub const DEFAULT_ALPN: &[u8] = b"tether-quic-echo";
+
+/// The server name clients check the certificate against by default.
+pub const DEFAULT_SERVER_NAME: &str = "localhost";
+
+/// The fixed UDP payload size every datagram is built for, bytes: QUIC's
+/// minimum (RFC 9000 section 14), so a datagram fits any path. One datagram
+/// is one WebSocket message.
+pub const DEFAULT_MTU: u16 = 1200;
+
+/// Transport and TLS options shared by both sides.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// Application protocols: offered by a client (most preferred first),
+    /// accepted by a server. Must not be empty. Default
+    /// [`DEFAULT_ALPN`].
+    pub alpn: Vec<Vec<u8>>,
+    /// Idle timeout: a connection (or a handshake) with no packet from the
+    /// peer for this long is lost with [`Error::IdleTimeout`] (or
+    /// [`Error::HandshakeTimeout`]). The effective value is the smaller of
+    /// both sides'. Default 10 s.
+    pub idle_timeout: Duration,
+    /// Send a PING after this much quiet time to keep an idle connection
+    /// alive; `None` (the default) sends nothing, so an idle connection has
+    /// no timer before its idle timeout.
+    pub keep_alive: Option<Duration>,
+    /// The round-trip time assumed before the first measurement. It sets
+    /// the first probe timeout (about 3x this), and QUIC stretches the idle
+    /// timeout to at least three probe timeouts (RFC 9000 section 10.1), so
+    /// keep `idle_timeout` at 10x this or more for it to hold as set.
+    /// Default 100 ms (RFC 9002 suggests 333 ms for unknown paths; message
+    /// streams are usually nearer).
+    pub initial_rtt: Duration,
+    /// Datagram size, bytes: the initial and minimum MTU; path MTU
+    /// discovery is off. Default [`DEFAULT_MTU`] (1200).
+    pub mtu: u16,
+    /// Per-stream receive window, bytes: how much a peer may send on one
+    /// stream ahead of the reader. Default 4 MiB.
+    pub stream_window: u32,
+    /// Connection-wide send window, bytes: unacknowledged data buffered for
+    /// sending. Default 8 MiB.
+    pub send_window: u64,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            alpn: vec![DEFAULT_ALPN.to_vec()],
+            idle_timeout: Duration::from_secs(10),
+            keep_alive: None,
+            initial_rtt: Duration::from_millis(100),
+            mtu: DEFAULT_MTU,
+            stream_window: 4 << 20,
+            send_window: 8 << 20,
+        }
+    }
+}
+
+impl Options {
+    /// The quinn-proto transport configuration for these options.
+    ///
+    /// Errors: [`Error::Config`] for an idle timeout beyond QUIC's range or
+    /// an MTU under 1200.
+    pub fn transport(&self) -> Result<Arc<TransportConfig>, Error> {
+        if self.mtu < 1200 {
+            return Err(Error::Config(format!(
+                "MTU {} is below QUIC's minimum of 1200 bytes",
+                self.mtu
+            )));
+        }
+        let idle = IdleTimeout::try_from(self.idle_timeout).map_err(|_| {
+            Error::Config(format!("idle timeout {:?} is too long", self.idle_timeout))
+        })?;
+        let mut t = TransportConfig::default();
+        t.max_idle_timeout(Some(idle))
+            .keep_alive_interval(self.keep_alive)
+            .initial_rtt(self.initial_rtt)
+            .initial_mtu(self.mtu)
+            .min_mtu(self.mtu)
+            .mtu_discovery_config(None)
+            .stream_receive_window(VarInt::from_u32(self.stream_window))
+            .send_window(self.send_window)
+            .datagram_receive_buffer_size(Some(1 << 20))
+            .datagram_send_buffer_size(1 << 20);
+        Ok(Arc::new(t))
+    }
+
+    /// The ALPN list as text, for messages.
+    pub fn alpn_text(&self) -> String {
+        self.alpn
+            .iter()
+            .map(|p| String::from_utf8_lossy(p).into_owned())
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+}
+
+/// A server's certificate and private key, DER-encoded.
+#[derive(Clone)]
+pub struct Identity {
+    /// The certificate (X.509, DER). Clients trust it directly (it is
+    /// self-signed) or through the CA that signed it.
+    pub cert_der: Vec<u8>,
+    /// The private key (PKCS #8, DER).
+    pub key_der: Vec<u8>,
+}
+
+impl std::fmt::Debug for Identity {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Identity")
+            .field("cert_der", &format_args!("{} bytes", self.cert_der.len()))
+            .finish_non_exhaustive()
+    }
+}
+
+impl Identity {
+    /// A fresh self-signed certificate for `names` (DNS names or IP
+    /// addresses) with a new ECDSA P-256 key.
+    ///
+    /// Errors: [`Error::Config`] when rcgen refuses a name.
+    #[cfg(feature = "generate")]
+    pub fn generate(names: &[&str]) -> Result<Identity, Error> {
+        let names: Vec<String> = names.iter().map(|n| n.to_string()).collect();
+        let cert = rcgen::generate_simple_self_signed(names)
+            .map_err(|e| Error::Config(format!("generating a certificate: {e}")))?;
+        Ok(Identity {
+            cert_der: cert.cert.der().to_vec(),
+            key_der: cert.signing_key.serialize_der(),
+        })
+    }
+}
+
+fn provider() -> Arc<rustls::crypto::CryptoProvider> {
+    let mut provider = rustls::crypto::ring::default_provider();
+    // Without AES instructions (WebAssembly has none) ChaCha20-Poly1305 is
+    // the faster AEAD; natively AES-GCM is. The client's order decides.
+    if cfg!(target_family = "wasm") {
+        provider
+            .cipher_suites
+            .sort_by_key(|s| s.suite() != rustls::CipherSuite::TLS13_CHACHA20_POLY1305_SHA256);
+    }
+    Arc::new(provider)
+}
+
+/// The quinn-proto server configuration: TLS 1.3 with `identity`, ALPN
+/// from `options` required, no connection migration (the pipe never moves).
+///
+/// Errors: [`Error::Config`] for a certificate or key rustls rejects.
+pub fn server_config(
+    identity: &Identity,
+    options: &Options,
+) -> Result<Arc<quinn_proto::ServerConfig>, Error> {
+    if options.alpn.is_empty() {
+        return Err(Error::Config(
+            "at least one ALPN protocol is required".into(),
+        ));
+    }
+    let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(identity.key_der.clone()));
+    let cert = CertificateDer::from(identity.cert_der.clone());
+    let mut tls = rustls::ServerConfig::builder_with_provider(provider())
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .map_err(|e| Error::Config(e.to_string()))?
+        .with_no_client_auth()
+        .with_single_cert(vec![cert], key)
+        .map_err(|e| Error::Config(format!("server certificate or key: {e}")))?;
+    tls.alpn_protocols = options.alpn.clone();
+    // In WebAssembly, pick the suite that is fast here (see `provider`).
+    tls.ignore_client_order = cfg!(target_family = "wasm");
+    let crypto = QuicServerConfig::try_from(tls).map_err(|e| Error::Config(e.to_string()))?;
+    let mut config = quinn_proto::ServerConfig::with_crypto(Arc::new(crypto));
+    config
+        .transport_config(options.transport()?)
+        .migration(false)
+        .max_incoming(4);
+    Ok(Arc::new(config))
+}
+
+/// The quinn-proto client configuration: TLS 1.3, the server verified
+/// against `trusted_der` (a DER certificate: the server's self-signed
+/// certificate or its CA), ALPN from `options` offered.
+///
+/// Errors: [`Error::Config`] when the certificate cannot be a trust anchor.
+pub fn client_config(
+    trusted_der: &[u8],
+    options: &Options,
+) -> Result<quinn_proto::ClientConfig, Error> {
+    if options.alpn.is_empty() {
+        return Err(Error::Config(
+            "at least one ALPN protocol is required".into(),
+        ));
+    }
+    let mut roots = rustls::RootCertStore::empty();
+    roots
+        .add(CertificateDer::from(trusted_der.to_vec()))
+        .map_err(|e| Error::Config(format!("trusted certificate: {e}")))?;
+    let mut tls = rustls::ClientConfig::builder_with_provider(provider())
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .map_err(|e| Error::Config(e.to_string()))?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    tls.alpn_protocols = options.alpn.clone();
+    let crypto = QuicClientConfig::try_from(tls).map_err(|e| Error::Config(e.to_string()))?;
+    let mut config = quinn_proto::ClientConfig::new(Arc::new(crypto));
+    config.transport_config(options.transport()?);
+    Ok(config)
+}
+
+/// Lower-case hex of `bytes` (how certificates travel on a command line).
+pub fn to_hex(bytes: &[u8]) -> String {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut s = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        s.push(DIGITS[(b >> 4) as usize] as char);
+        s.push(DIGITS[(b & 15) as usize] as char);
+    }
+    s
+}
+
+/// Decodes hex (either case). Errors: [`Error::Config`] for an odd length
+/// or a non-hex character.
+pub fn from_hex(text: &str) -> Result<Vec<u8>, Error> {
+    let digit = |c: u8| -> Result<u8, Error> {
+        (c as char)
+            .to_digit(16)
+            .map(|d| d as u8)
+            .ok_or_else(|| Error::Config(format!("`{}` is not a hex digit", c as char)))
+    };
+    let text = text.trim().as_bytes();
+    if !text.len().is_multiple_of(2) {
+        return Err(Error::Config("hex text has an odd number of digits".into()));
+    }
+    text.chunks(2)
+        .map(|pair| Ok(digit(pair[0])? << 4 | digit(pair[1])?))
+        .collect()
+}
