@@ -1413,13 +1413,23 @@ fn first_message_latency(p: &Peer) -> Outcome {
     }
     ws.close_and_drain(1000, "")?;
     let us: Vec<String> = delays.iter().map(|d| format!("{}", d / 1000)).collect();
+    // Each message follows 20 ms of idle, so each is a first message after
+    // a wake-up; the median keeps one scheduler hiccup on a busy 2-core
+    // machine from deciding the case.
+    let mut sorted = delays.clone();
+    sorted.sort_unstable();
+    let median = sorted[sorted.len() / 2];
     ensure!(
-        delays[0] < 1_000_000,
-        "first message took {} us (all: {} us)",
-        delays[0] / 1000,
+        median < 1_000_000,
+        "median delivery after idle {} us (all: {} us)",
+        median / 1000,
         us.join(", ")
     );
-    Ok(format!("one-way delivery after idle: {} us", us.join(", ")))
+    Ok(format!(
+        "one-way delivery after 20 ms idle: median {} us (all: {} us)",
+        median / 1000,
+        us.join(", ")
+    ))
 }
 
 fn idle(p: &Peer) -> Outcome {
