@@ -465,3 +465,69 @@ pub async fn run(full: bool) -> AutobahnSummary {
     }
     summary
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(notable: &[(&str, &str, &str)]) -> RunSummary {
+        RunSummary {
+            cases: 10,
+            notable: notable
+                .iter()
+                .map(|(a, b, c)| (a.to_string(), b.to_string(), c.to_string()))
+                .collect(),
+            ..RunSummary::default()
+        }
+    }
+
+    #[test]
+    fn declarations_parse() {
+        let list = expected().expect("expected.txt parses");
+        assert!(list.iter().any(|e| e.behavior == "INFORMATIONAL"));
+    }
+
+    #[test]
+    fn only_declared_non_ok_results_pass() {
+        let ok = AutobahnSummary {
+            client: Some(run(&[
+                ("3.2", "NON-STRICT", "OK"),
+                ("7.13.1", "INFORMATIONAL", "INFORMATIONAL"),
+            ])),
+            server: Some(run(&[])),
+            ..AutobahnSummary::default()
+        };
+        assert!(ok.problems().is_empty(), "{:?}", ok.problems());
+        let bad = AutobahnSummary {
+            client: Some(run(&[
+                ("1.1.1", "NON-STRICT", "OK"),
+                ("3.2", "FAILED", "OK"),
+            ])),
+            server: None,
+            ..AutobahnSummary::default()
+        };
+        let problems = bad.problems();
+        assert_eq!(problems.len(), 3, "{problems:?}");
+    }
+
+    #[test]
+    fn a_case_counts_by_its_worse_behaviour() {
+        let dir = std::env::temp_dir().join(format!("ab-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let index = dir.join("index.json");
+        std::fs::write(
+            &index,
+            r#"{"tether": {"1.1.2": {"behavior": "OK", "behaviorClose": "OK"},
+                           "1.1.10": {"behavior": "OK", "behaviorClose": "FAILED"},
+                           "3.2": {"behavior": "NON-STRICT", "behaviorClose": "OK"}}}"#,
+        )
+        .unwrap();
+        let s = summarize(&index, "tether", 1.0).unwrap();
+        assert_eq!(s.cases, 3);
+        assert_eq!(s.counts.get("FAILED"), Some(&1));
+        assert_eq!(s.counts.get("NON-STRICT"), Some(&1));
+        // Numeric order: 1.1.10 after 3.2 would be wrong; 1.1.10 before 3.2.
+        assert_eq!(s.notable[0].0, "1.1.10");
+        std::fs::remove_dir_all(&dir).ok();
+    }
+}

@@ -240,3 +240,24 @@ pub fn aggregate(autobahn: Option<&AutobahnSummary>) -> anyhow::Result<Aggregate
         matrix: m,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lock_file_matches_the_case_list() {
+        check_lock(false).expect("cases.lock is current");
+    }
+
+    #[test]
+    fn every_declaration_names_a_case_and_gives_a_reason() {
+        for target in TARGETS {
+            let declared = known_failures(target.name()).expect("declarations parse");
+            for (case, reason) in declared {
+                assert!(cases::find(&case).is_some(), "{case}");
+                assert!(reason.len() > 10, "{case}: reason too short");
+            }
+        }
+    }
+}

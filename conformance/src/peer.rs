@@ -667,3 +667,48 @@ fn set_linger_zero<S: 'static>(stream: &S) {
         let _ = socket2::SockRef::from(tls.get_ref().0).set_linger(Some(Duration::ZERO));
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The peer's scripts, checked with a native client, so a guest failure
+    /// is never a broken peer.
+    #[test]
+    fn scripted_paths_behave() {
+        let dir = std::env::temp_dir().join(format!("peer-test-{}", std::process::id()));
+        let peer = Peer::start(&dir).unwrap();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let (mut ws, _) = tokio_tungstenite::connect_async(format!("ws://{}/echo", peer.ws))
+                .await
+                .unwrap();
+            ws.send(Message::text("hi")).await.unwrap();
+            assert_eq!(ws.next().await.unwrap().unwrap(), Message::text("hi"));
+            let url = format!("ws://{}/burst?n=3&size=300&then=close", peer.ws);
+            let (mut ws, _) = tokio_tungstenite::connect_async(url).await.unwrap();
+            for k in 0..3 {
+                let m = ws.next().await.unwrap().unwrap();
+                assert_eq!(m, Message::binary(pattern(k, 300)));
+            }
+            match ws.next().await.unwrap().unwrap() {
+                Message::Close(Some(f)) => assert_eq!(u16::from(f.code), 4001),
+                other => panic!("expected close 4001, got {other:?}"),
+            }
+            let err = tokio_tungstenite::connect_async(format!("ws://{}/reject", peer.ws))
+                .await
+                .unwrap_err();
+            assert!(err.to_string().contains("403"), "{err}");
+            let mut tcp = TcpStream::connect(peer.tcp_echo).await.unwrap();
+            tcp.write_all(b"bytes").await.unwrap();
+            let mut back = [0u8; 5];
+            tcp.read_exact(&mut back).await.unwrap();
+            assert_eq!(&back, b"bytes");
+        });
+        drop(peer);
+        std::fs::remove_dir_all(&dir).ok();
+    }
+}
