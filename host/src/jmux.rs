@@ -5,6 +5,7 @@
 
 use std::net::{SocketAddr, TcpListener};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -79,6 +80,7 @@ pub fn policy_for(args: &ProxyArgs, deny: Vec<Rule>) -> anyhow::Result<Policy> {
 pub struct GuestThread {
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     thread: Option<JoinHandle<Option<Outcome>>>,
+    handle: tokio::runtime::Handle,
 }
 
 impl GuestThread {
@@ -95,6 +97,7 @@ impl GuestThread {
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()?;
+        let handle = rt.handle().clone();
         let thread = std::thread::Builder::new()
             .name(format!("guest-{}", args.first().map_or("", String::as_str)))
             .spawn(move || {
@@ -114,7 +117,26 @@ impl GuestThread {
         Ok(GuestThread {
             stop: Some(stop),
             thread: Some(thread),
+            handle,
         })
+    }
+
+    /// Starts another guest on this guest's thread and runtime (it stops
+    /// with this one). The flag turns true once it has ended by itself.
+    pub fn add(
+        &self,
+        runner: Arc<Runner>,
+        component: Component,
+        args: Vec<String>,
+        io: GuestIo,
+    ) -> Arc<AtomicBool> {
+        let done = Arc::new(AtomicBool::new(false));
+        let flag = done.clone();
+        self.handle.spawn(async move {
+            runner.run(&component, &args, io).await;
+            flag.store(true, Ordering::Relaxed);
+        });
+        done
     }
 
     /// Whether the guest has ended by itself.
@@ -210,10 +232,11 @@ pub fn wait_listening(
 /// *client* (`ws://` pipe) runs the listeners. Each guest has its own
 /// thread. Dropping the tunnel stops both.
 pub struct Tunnel {
+    /// The listening side, on its own thread (`None` when it shares the
+    /// server's thread).
+    pub client: Option<GuestThread>,
     /// The accepting side (opens targets).
     pub server: GuestThread,
-    /// The listening side.
-    pub client: GuestThread,
     /// The pipe's port on 127.0.0.1.
     pub pipe_port: u16,
 }
@@ -225,6 +248,8 @@ impl Tunnel {
     /// the server (e.g. `--allow RULE` instead of the default
     /// `--allow-all`).
     ///
+    /// Each guest gets its own thread (see [`Tunnel::start_on`]).
+    ///
     /// Errors: a guest failed to start or to listen within 20 s.
     pub fn start(
         runner: &Arc<Runner>,
@@ -233,6 +258,31 @@ impl Tunnel {
         listen_ports: &[u16],
         server_args: &[String],
         io: GuestIo,
+    ) -> anyhow::Result<Tunnel> {
+        Self::start_on(
+            runner,
+            component,
+            listeners,
+            listen_ports,
+            server_args,
+            io,
+            false,
+        )
+    }
+
+    /// Like [`Tunnel::start`], with the two guests on one thread
+    /// (`same_thread`: the pipe's wake-ups stay on that thread) or on a
+    /// thread each.
+    ///
+    /// Errors: a guest failed to start or to listen within 20 s.
+    pub fn start_on(
+        runner: &Arc<Runner>,
+        component: &Component,
+        listeners: &[String],
+        listen_ports: &[u16],
+        server_args: &[String],
+        io: GuestIo,
+        same_thread: bool,
     ) -> anyhow::Result<Tunnel> {
         let pipe_port = free_port()?;
         let mut args = vec![
@@ -256,9 +306,15 @@ impl Tunnel {
             format!("ws://127.0.0.1:{pipe_port}/jmux"),
         ];
         args.extend(listeners.iter().cloned());
-        let client = GuestThread::spawn(runner.clone(), component.clone(), args, io)?;
+        let (client, done) = if same_thread {
+            let done = server.add(runner.clone(), component.clone(), args, io);
+            (None, done)
+        } else {
+            let client = GuestThread::spawn(runner.clone(), component.clone(), args, io)?;
+            (Some(client), Arc::new(AtomicBool::new(false)))
+        };
         wait_listening(listen_ports, Duration::from_secs(20), || {
-            !client.is_finished()
+            !done.load(Ordering::Relaxed) && client.as_ref().is_none_or(|c| !c.is_finished())
         })
         .context("JMUX client guest")?;
         Ok(Tunnel {
