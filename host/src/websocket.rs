@@ -38,6 +38,12 @@ use crate::config::Limits;
 use crate::ready::{Pending, Signal};
 use crate::{HostCtx, TetherCtxView, net};
 
+/// Sends written straight to the socket between two guest yields; later
+/// sends of the same burst queue up and go out in one flush. Two covers a
+/// request that is two small writes (the Nagle case) without costing a
+/// syscall per message in a pipeline.
+const INLINE_SENDS_PER_YIELD: u8 = 2;
+
 /// Close code for "no status code was present" (RFC 6455 section 7.4.1).
 pub const CLOSE_NO_STATUS: u16 = 1005;
 /// Close code for "closed without a close frame" (RFC 6455 section 7.4.1).
@@ -76,7 +82,7 @@ struct State {
     /// A send since the writer task last ran went straight to the socket.
     /// Further sends queue up until the guest yields, so a burst becomes
     /// one flush (write everything queued, flush on drain).
-    inline_sent: bool,
+    inline_sent: u8,
 }
 
 struct Shared {
@@ -207,11 +213,11 @@ impl MessageStream {
             Message::Text(t) => WsMessage::Text(t.into()),
             Message::Binary(b) => WsMessage::Binary(b.into()),
         });
-        if st.outbound.is_empty() && !st.flush_pending && !st.inline_sent {
+        if st.outbound.is_empty() && !st.flush_pending && st.inline_sent < INLINE_SENDS_PER_YIELD {
             // Fast path for the first send after the guest yielded: the
             // writer task is idle, so write from here and save a task hop
             // on every round trip.
-            st.inline_sent = true;
+            st.inline_sent += 1;
             drop(st);
             self.shared.outbound_work.wake();
             match self.write_now(&mut message) {
@@ -528,13 +534,13 @@ async fn write_loop(shared: Arc<Shared>) {
             .wait_until(|| {
                 let st = shared.lock();
                 ended = st.read_end.is_some();
-                !st.outbound.is_empty() || st.flush_pending || st.inline_sent || ended
+                !st.outbound.is_empty() || st.flush_pending || st.inline_sent > 0 || ended
             })
             .await;
         {
             let mut st = shared.lock();
             // This task runs only once the guest yields: end of the burst.
-            st.inline_sent = false;
+            st.inline_sent = 0;
             if st.outbound.is_empty() && !st.flush_pending && ended {
                 return;
             }
