@@ -229,7 +229,7 @@ fn aggregate(args: &AllArgs) -> anyhow::Result<bool> {
         for (name, run) in [("client", &a.client), ("server", &a.server)] {
             if let Some(r) = run {
                 let c = |k: &str| r.counts.get(k).copied().unwrap_or(0);
-                println!(
+                eprintln!(
                     "autobahn {name}: {} cases, {} OK, {} NON-STRICT, {} INFORMATIONAL, {} FAILED ({:.0} s)",
                     r.cases,
                     c("OK"),

@@ -151,6 +151,7 @@ async fn run_case(name: &str, p: &Peer) -> Outcome {
         "message.boundaries-kept" => boundaries(p).await,
         "message.text-binary-interleaved" => interleaved(p).await,
         "message.pipelined-1000" => pipelined(p).await,
+        "message.concurrent-send-receive" => concurrent(p).await,
         "message.burst-verified" => burst(p).await,
         "message.fragmented-reassembled" => fragmented(p).await,
         "message.ping-flood-answered" => ping_flood(p).await,
@@ -539,6 +540,39 @@ async fn pipelined(p: &Peer) -> Outcome {
     let took = t0.elapsed();
     ws.close_and_drain(1000, "").await?;
     Ok(format!("1000 pipelined round trips in {took:?}"))
+}
+
+/// A sender and a receiver on one stream at once, joined in the guest's
+/// task: each await suspends only its own half.
+async fn concurrent(p: &Peer) -> Outcome {
+    let ws = open(&p.ws("/echo"), &[]).await?;
+    let (total, size) = (2000usize, 4096usize);
+    let t0 = Instant::now();
+    let sender = async {
+        for k in 0..total {
+            ws.send(&Message::Binary(pattern(k, size))).await?;
+        }
+        Ok::<(), String>(())
+    };
+    let receiver = async {
+        for k in 0..total {
+            let m = ws.recv().await?;
+            ensure!(
+                same(&m, &Message::Binary(pattern(k, size))),
+                "message {k} differs: {}",
+                show(&m)
+            );
+        }
+        Ok(())
+    };
+    let (sent, received) = futures::future::join(sender, receiver).await;
+    sent?;
+    received?;
+    ws.close_and_drain(1000, "").await?;
+    Ok(format!(
+        "{total} x {size} bytes sent while receiving, in {:?}",
+        t0.elapsed()
+    ))
 }
 
 async fn burst(p: &Peer) -> Outcome {
