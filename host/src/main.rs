@@ -172,7 +172,6 @@ struct BenchJmuxArgs {
     quick: bool,
 }
 
-
 #[derive(Args)]
 struct DemoArgs {
     /// Use this echo server instead of the embedded one.
