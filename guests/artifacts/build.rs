@@ -11,7 +11,6 @@ const GUESTS: &[(&str, &str)] = &[
     ("tether-guest-quic-echo", "quic-echo"),
     ("tether-guest-conformance", "conformance-suite"),
     ("tether-guest-conformance", "conformance-suite-p3"),
-    ("tether-guest-conformance", "conformance-suite"),
     ("tether-guest-jmux", "jmux"),
 ];
 
