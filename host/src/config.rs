@@ -36,8 +36,10 @@ pub struct Limits {
     pub accept_backlog: usize,
     /// Deadline for DNS plus TCP connect. Default 10 s.
     pub connect_timeout: Duration,
-    /// Deadline for the TLS and WebSocket handshakes, dialled or accepted.
-    /// Default 10 s.
+    /// Deadline for the TLS and WebSocket handshakes, dialled or accepted,
+    /// and for the closing handshake: a stream the guest dropped or closed
+    /// is torn down at the latest this long after, even if the peer never
+    /// reads or never answers. Default 10 s.
     pub handshake_timeout: Duration,
     /// Linear memory a guest may grow to, bytes. Default 256 MiB.
     pub max_memory_bytes: usize,

@@ -100,6 +100,7 @@ struct Shared {
     /// Reader task: inbound room freed.
     inbound_room: Signal,
     reader: Mutex<Option<AbortHandle>>,
+    writer: Mutex<Option<AbortHandle>>,
     stats: Arc<crate::Stats>,
     /// The write half. Locked only inside synchronous polls: by `send`'s
     /// fast path (when the writer task is idle) and by the writer task.
@@ -179,10 +180,12 @@ impl MessageStream {
             outbound_work: Signal::default(),
             inbound_room: Signal::default(),
             reader: Mutex::new(None),
+            writer: Mutex::new(None),
         });
         let reader = tokio::spawn(read_loop(stream, shared.clone()));
         *shared.reader.lock().unwrap() = Some(reader.abort_handle());
-        tokio::spawn(write_loop(shared.clone()));
+        let writer = tokio::spawn(write_loop(shared.clone()));
+        *shared.writer.lock().unwrap() = Some(writer.abort_handle());
         MessageStream {
             shared,
             subprotocol,
@@ -376,6 +379,27 @@ impl Drop for MessageStream {
     /// the handshake timeout).
     fn drop(&mut self) {
         self.queue_close(1000, "");
+        // Bound the linger: a peer that never reads (so the backlog never
+        // drains) or never answers the close must not keep the socket and
+        // both tasks alive after the guest let go.
+        let shared = self.shared.clone();
+        let abort = move || {
+            for task in [&shared.reader, &shared.writer] {
+                if let Some(t) = task.lock().unwrap_or_else(|e| e.into_inner()).take() {
+                    t.abort();
+                }
+            }
+        };
+        match tokio::runtime::Handle::try_current() {
+            Ok(rt) => {
+                let linger = self.shared.close_timeout;
+                rt.spawn(async move {
+                    tokio::time::sleep(linger).await;
+                    abort();
+                });
+            }
+            Err(_) => abort(),
+        }
     }
 }
 
