@@ -203,6 +203,9 @@ struct BenchQuicArgs {
     /// A short smoke run (CI).
     #[arg(long)]
     quick: bool,
+    /// Datagram size (MTU), bytes: 1200 (QUIC's minimum) up to 16383.
+    #[arg(long, default_value_t = tether_quic::DEFAULT_MTU)]
+    mtu: u16,
 }
 
 fn main() -> ExitCode {
@@ -310,13 +313,14 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             } else {
                 quic::Workload::bench()
             };
-            let report = quic::run(&workload).await?;
+            let report = quic::run(&workload, args.mtu).await?;
             if args.json {
                 println!("{}", serde_json::to_string(&report)?);
             } else {
                 println!(
-                    "tether bench quic: QUIC over WebSocket message streams, one datagram per message\n\
+                    "tether bench quic: QUIC over WebSocket message streams, one {}-byte datagram per message\n\
                      per pairing: {} handshakes, {} round trips of {} B, {} MiB bulk echo\n",
+                    args.mtu,
                     workload.handshakes,
                     workload.rtt.0,
                     workload.rtt.1,

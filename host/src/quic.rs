@@ -265,6 +265,7 @@ impl NativeServer {
     /// Errors: bind failure, a certificate rustls rejects.
     pub fn start(identity: &Identity, options: &Options, faults: Faults) -> anyhow::Result<Self> {
         let config = config::server_config(identity, options)?;
+        options.transport()?;
         let std_listener = std::net::TcpListener::bind("127.0.0.1:0")?;
         std_listener.set_nonblocking(true)?;
         let addr = std_listener.local_addr()?;
@@ -428,6 +429,8 @@ pub struct Wakeups {
     pub send: u64,
     /// Anything else (a listener).
     pub other: u64,
+    /// Time spent blocked in `poll`, ns.
+    pub blocked_ns: u64,
 }
 
 impl Wakeups {
@@ -442,7 +445,8 @@ impl Wakeups {
                 "message" => w.message = v,
                 "send" => w.send = v,
                 "other" => w.other = v,
-                _ => return None,
+                "blocked_ns" => w.blocked_ns = v,
+                _ => {}
             }
         }
         Some(w)

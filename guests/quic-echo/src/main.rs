@@ -20,8 +20,10 @@
 //! `stream:BYTES`, `dgram:N:SIZE`, `idle:MS`; see `tether_quic::client`).
 //! Stdout, one line each, for the host to parse: every
 //! `tether_quic::Report` line (`handshake NS ALPN`, `rtt SIZE NS...`,
-//! ...), after each idle phase `wakeups total=W timer=T message=M send=S
-//! other=O`, at the end `done`, or `error KIND MESSAGE`.
+//! ...), after each idle phase and at the end of the measured connection
+//! `wakeups total=W timer=T message=M send=S other=O blocked_ns=NS` (returns
+//! from `poll` by what was ready, and the time spent blocked in it), then
+//! `done`, or `error KIND MESSAGE`.
 //!
 //! Timers are event-driven: the guest sleeps in one `poll` on its streams
 //! and a monotonic-clock pollable armed for the connection's next deadline
@@ -131,13 +133,15 @@ struct Wakeups {
     send: u64,
     /// Only a listener had a connection.
     other: u64,
+    /// Time spent blocked in `poll`, ns.
+    blocked_ns: u64,
 }
 
 impl Wakeups {
     fn line(&self) -> String {
         format!(
-            "wakeups total={} timer={} message={} send={} other={}",
-            self.total, self.timer, self.message, self.send, self.other
+            "wakeups total={} timer={} message={} send={} other={} blocked_ns={}",
+            self.total, self.timer, self.message, self.send, self.other, self.blocked_ns
         )
     }
 }
@@ -328,8 +332,10 @@ impl<A: App> Loop<A> {
         if let Some((_, t)) = &self.timer {
             list.push(t);
         }
+        let t0 = Instant::now();
         let ready = sdk::poll(&list);
         let w = &mut self.wakeups;
+        w.blocked_ns += t0.elapsed().as_nanos() as u64;
         w.total += 1;
         let ready = |f: &dyn Fn(usize) -> bool| ready.iter().any(|&r| f(r as usize));
         if ready(&|r| r == timer_index) {
@@ -486,6 +492,7 @@ fn connect_and_run(
                             message: w.message - s.message,
                             send: w.send - s.send,
                             other: w.other - s.other,
+                            blocked_ns: w.blocked_ns - s.blocked_ns,
                         }
                         .line()
                     );

@@ -123,6 +123,8 @@ pub struct Report {
     pub bulk_ratio: f64,
     pub bulk_bytes: u64,
     pub rtt_message_bytes: usize,
+    /// The datagram size (MTU) both sides used, bytes.
+    pub datagram_bytes: u16,
     /// The tax guard applied, ms.
     pub handshake_tax_guard_ms: f64,
     pub pairings: Vec<PairingReport>,
@@ -402,11 +404,18 @@ pub async fn run_pairing(
 
 /// Runs every pairing with `w` and computes the report. Errors: a side
 /// failed, or the handshake tax guard tripped.
-pub async fn run(w: &Workload) -> anyhow::Result<Report> {
+///
+/// `mtu` is the datagram size, bytes: 1200 (the default, QUIC's minimum)
+/// or more, up to 16383, since a message stream carries any size.
+pub async fn run(w: &Workload, mtu: u16) -> anyhow::Result<Report> {
     let runner = Arc::new(Runner::new(local_config(), EngineKind::Cranelift)?);
     let component = runner.compile(tether_guest_artifacts::QUIC_ECHO)?;
     let identity = Identity::generate(&[tether_quic::DEFAULT_SERVER_NAME])?;
-    let options = Options::default();
+    let options = Options {
+        mtu,
+        ..Options::default()
+    };
+    options.transport()?;
     let phases = w.phases();
     let mut pairings = Vec::new();
     for (client, server) in [
@@ -444,6 +453,7 @@ pub async fn run(w: &Workload) -> anyhow::Result<Report> {
         bulk_ratio: 0.0,
         bulk_bytes: w.bulk_bytes,
         rtt_message_bytes: w.rtt.1,
+        datagram_bytes: mtu,
         handshake_tax_guard_ms: HANDSHAKE_TAX_GUARD_MS,
         pairings,
     };

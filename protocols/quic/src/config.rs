@@ -28,6 +28,10 @@ pub const DEFAULT_SERVER_NAME: &str = "localhost";
 /// is one WebSocket message.
 pub const DEFAULT_MTU: u16 = 1200;
 
+/// The largest datagram size supported, bytes: a long-header packet's
+/// length must fit quinn-proto's two-byte length field.
+pub const MAX_MTU: u16 = 16383;
+
 /// Transport and TLS options shared by both sides.
 #[derive(Clone, Debug)]
 pub struct Options {
@@ -52,7 +56,11 @@ pub struct Options {
     /// streams are usually nearer).
     pub initial_rtt: Duration,
     /// Datagram size, bytes: the initial and minimum MTU; path MTU
-    /// discovery is off. Default [`DEFAULT_MTU`] (1200).
+    /// discovery is off. Default [`DEFAULT_MTU`] (1200). A message stream
+    /// carries larger datagrams just as well, and up to [`MAX_MTU`] cuts
+    /// the per-message cost; quinn-proto does not shrink it to the peer's
+    /// advertised limit when discovery is off, so use it only with peers
+    /// configured alike (both sides of Tether's pairings accept any size).
     pub mtu: u16,
     /// Per-stream receive window, bytes: how much a peer may send on one
     /// stream ahead of the reader. Default 4 MiB.
@@ -82,9 +90,9 @@ impl Options {
     /// Errors: [`Error::Config`] for an idle timeout beyond QUIC's range or
     /// an MTU under 1200.
     pub fn transport(&self) -> Result<Arc<TransportConfig>, Error> {
-        if self.mtu < 1200 {
+        if !(1200..=MAX_MTU).contains(&self.mtu) {
             return Err(Error::Config(format!(
-                "MTU {} is below QUIC's minimum of 1200 bytes",
+                "MTU {} is outside 1200..={MAX_MTU} bytes (QUIC's minimum; quinn-proto's largest long-header packet)",
                 self.mtu
             )));
         }
@@ -92,6 +100,11 @@ impl Options {
             Error::Config(format!("idle timeout {:?} is too long", self.idle_timeout))
         })?;
         let mut t = TransportConfig::default();
+        // The first flight must hold at least a few full datagrams: 14720
+        // bytes (RFC 9002 section 7.2) or, for large datagrams, ten of them.
+        let mut cubic = quinn_proto::congestion::CubicConfig::default();
+        cubic.initial_window(14720.max(10 * u64::from(self.mtu)));
+        t.congestion_controller_factory(Arc::new(cubic));
         t.max_idle_timeout(Some(idle))
             .keep_alive_interval(self.keep_alive)
             .initial_rtt(self.initial_rtt)
@@ -103,6 +116,16 @@ impl Options {
             .datagram_receive_buffer_size(Some(1 << 20))
             .datagram_send_buffer_size(1 << 20);
         Ok(Arc::new(t))
+    }
+
+    /// The quinn-proto endpoint configuration: this side accepts datagrams
+    /// of any size QUIC allows (65527 bytes, its `max_udp_payload_size`
+    /// transport parameter), as a message stream carries them whole.
+    pub fn endpoint(&self) -> Arc<quinn_proto::EndpointConfig> {
+        let mut e = quinn_proto::EndpointConfig::default();
+        e.max_udp_payload_size(65527)
+            .expect("65527 is QUIC's largest UDP payload");
+        Arc::new(e)
     }
 
     /// The ALPN list as text, for messages.

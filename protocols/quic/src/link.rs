@@ -17,8 +17,8 @@ use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 use quinn_proto::{
-    ClientConfig, Connection, ConnectionError, ConnectionHandle, DatagramEvent, Endpoint,
-    EndpointConfig, Event, ServerConfig, Side,
+    ClientConfig, Connection, ConnectionError, ConnectionHandle, DatagramEvent, Endpoint, Event,
+    ServerConfig, Side,
 };
 
 use crate::Error;
@@ -97,7 +97,7 @@ impl Link {
         server_name: &str,
         options: &Options,
     ) -> Result<Link, Error> {
-        let mut endpoint = Endpoint::new(Arc::new(EndpointConfig::default()), None, false, None);
+        let mut endpoint = Endpoint::new(options.endpoint(), None, false, None);
         let (handle, conn) = endpoint
             .connect(now, config, PIPE_PEER, server_name)
             .map_err(|e| Error::Config(format!("cannot start the connection: {e}")))?;
@@ -116,12 +116,7 @@ impl Link {
 
     /// Like [`Link::server`] with a prepared quinn-proto configuration.
     pub fn server_with(now: Instant, config: Arc<ServerConfig>, options: &Options) -> Link {
-        let endpoint = Endpoint::new(
-            Arc::new(EndpointConfig::default()),
-            Some(config),
-            false,
-            None,
-        );
+        let endpoint = Endpoint::new(options.endpoint(), Some(config), false, None);
         Link::new(endpoint, Side::Server, now, options)
     }
 

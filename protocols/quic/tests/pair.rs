@@ -2,7 +2,7 @@
 //! the [`Client`] workload and a server [`Link`] with the [`EchoServer`],
 //! joined by a pipe with a fixed one-way delay. Timers fire by jumping the
 //! clock to the next deadline, so timeouts take no real time. Every
-//! datagram is checked to fit the fixed 1200-byte MTU.
+//! datagram is checked to fit the default 1200-byte MTU.
 
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
@@ -31,6 +31,9 @@ struct Pair {
     mangle: Option<Mangler>,
     /// Times the client's clock jumped to a deadline while idle.
     idle_timer_jumps: usize,
+    /// With `Some`, the largest datagram seen instead of checking each
+    /// against 1200 bytes.
+    max_seen: Option<usize>,
 }
 
 fn phases(list: &[&str]) -> Vec<Phase> {
@@ -53,6 +56,14 @@ impl Pair {
             blackhole: false,
             mangle: None,
             idle_timer_jumps: 0,
+            max_seen: None,
+        }
+    }
+
+    fn check_size(&mut self, len: usize) {
+        match &mut self.max_seen {
+            Some(m) => *m = (*m).max(len),
+            None => assert!(len <= 1200, "datagram of {len} bytes"),
         }
     }
 
@@ -83,12 +94,13 @@ impl Pair {
             reports.extend(std::iter::from_fn(|| self.workload.poll_report()));
             let arrive = self.now + self.delay;
             while let Some(d) = self.client.poll_transmit(self.now) {
-                assert!(d.len() <= 1200, "datagram of {} bytes", d.len());
-                self.to_server.push_back((arrive, d.to_vec()));
+                let d = d.to_vec();
+                self.check_size(d.len());
+                self.to_server.push_back((arrive, d));
             }
             while let Some(d) = self.server.poll_transmit(self.now) {
-                assert!(d.len() <= 1200, "datagram of {} bytes", d.len());
                 let d = d.to_vec();
+                self.check_size(d.len());
                 let extra = self.mangle.as_mut().map(|m| m(&d)).unwrap_or_default();
                 for e in extra {
                     self.to_client.push_back((arrive, e));
@@ -335,4 +347,26 @@ fn phases_parse_and_reports_round_trip_through_text() {
     ] {
         assert_eq!(Report::parse_line(&r.to_line()), Some(r));
     }
+}
+
+#[test]
+fn larger_datagrams_when_configured() {
+    let big = Options {
+        mtu: 9000,
+        ..Options::default()
+    };
+    let mut pair = Pair::new(&["stream:2m"], &big, &big);
+    pair.max_seen = Some(0);
+    pair.run(Duration::from_secs(60));
+    assert_eq!(pair.workload.error(), None);
+    assert!(pair.max_seen > Some(8000), "{:?}", pair.max_seen);
+
+    assert!(
+        Options {
+            mtu: 20000,
+            ..Options::default()
+        }
+        .transport()
+        .is_err()
+    );
 }
