@@ -382,8 +382,14 @@ impl Drop for MessageStream {
         // Bound the linger: a peer that never reads (so the backlog never
         // drains) or never answers the close must not keep the socket and
         // both tasks alive after the guest let go.
-        let shared = self.shared.clone();
+        // A weak handle: the linger timer must not itself keep the socket
+        // open once both tasks have ended (a failed connection closes at
+        // once, not a handshake timeout later).
+        let shared = Arc::downgrade(&self.shared);
         let abort = move || {
+            let Some(shared) = shared.upgrade() else {
+                return;
+            };
             for task in [&shared.reader, &shared.writer] {
                 if let Some(t) = task.lock().unwrap_or_else(|e| e.into_inner()).take() {
                     t.abort();
