@@ -96,6 +96,7 @@ where
     tokio::pin!(timer);
     let mut armed: Option<Instant> = None;
     let mut writer_failed = false;
+    let mut peer_closed = false;
     'outer: loop {
         let now = Instant::now();
         if link.poll_timeout().is_some_and(|t| t <= now) {
@@ -168,6 +169,7 @@ where
                             }
                         }
                         Some(Ok(Message::Close(frame))) => {
+                            peer_closed = true;
                             if !link.is_closed() {
                                 link.fail(pipe_error(format!("closed by the peer ({frame:?})")));
                             }
@@ -214,12 +216,19 @@ where
         })))
         .await;
     drop(tx);
-    let _ = tokio::time::timeout(Duration::from_secs(2), writer).await;
-    // Read until the peer answers the close, briefly.
-    let _ = tokio::time::timeout(Duration::from_millis(500), async {
-        while let Some(Ok(_)) = stream.next().await {}
-    })
-    .await;
+    // Read until the peer's close frame (reading drives the closing
+    // handshake the writer waits on), at most 2 s; then the writer is done.
+    if !peer_closed {
+        let _ = tokio::time::timeout(Duration::from_secs(2), async {
+            while let Some(Ok(m)) = stream.next().await {
+                if m.is_close() {
+                    break;
+                }
+            }
+        })
+        .await;
+    }
+    let _ = tokio::time::timeout(Duration::from_millis(100), writer).await;
     if !link.closed_cleanly() {
         ended.error = link.error().cloned();
     }
