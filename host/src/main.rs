@@ -203,9 +203,13 @@ struct BenchQuicArgs {
     /// A short smoke run (CI).
     #[arg(long)]
     quick: bool,
-    /// Datagram size (MTU), bytes: 1200 (QUIC's minimum) up to 16383.
+    /// Initial datagram size (MTU), bytes: 1200 (QUIC's minimum) up to 16383.
     #[arg(long, default_value_t = tether_quic::DEFAULT_MTU)]
     mtu: u16,
+    /// Largest datagram size path MTU discovery may reach, bytes (up to
+    /// 16383); equal to --mtu turns discovery off.
+    #[arg(long, default_value_t = tether_quic::MAX_MTU)]
+    max_mtu: u16,
 }
 
 fn main() -> ExitCode {
@@ -313,14 +317,15 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             } else {
                 quic::Workload::bench()
             };
-            let report = quic::run(&workload, args.mtu).await?;
+            let report = quic::run(&workload, args.mtu, args.max_mtu).await?;
             if args.json {
                 println!("{}", serde_json::to_string(&report)?);
             } else {
                 println!(
-                    "tether bench quic: QUIC over WebSocket message streams, one {}-byte datagram per message\n\
+                    "tether bench quic: QUIC over WebSocket message streams, one datagram per message ({} bytes first, up to {} by path MTU discovery)\n\
                      per pairing: {} handshakes, {} round trips of {} B, {} MiB bulk echo\n",
                     args.mtu,
+                    args.max_mtu.max(args.mtu),
                     workload.handshakes,
                     workload.rtt.0,
                     workload.rtt.1,

@@ -510,6 +510,8 @@ fn option_args(options: &Options) -> Vec<String> {
     }
     args.push("--mtu".into());
     args.push(options.mtu.to_string());
+    args.push("--max-mtu".into());
+    args.push(options.max_mtu.to_string());
     args
 }
 

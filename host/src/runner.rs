@@ -158,6 +158,11 @@ fn engine_config(kind: EngineKind, config: &Config) -> EngineConfig {
     // WASIp2 guests need no component-model concurrency; without it every
     // host call skips the concurrent-task bookkeeping.
     c.concurrency_support(false);
+    // `TETHER_PERFMAP=1`: write /tmp/perf-PID.map so `perf record` /
+    // `perf report` name the guest's compiled functions.
+    if std::env::var_os("TETHER_PERFMAP").is_some_and(|v| v == "1") {
+        c.profiler(wasmtime::ProfilingStrategy::PerfMap);
+    }
     match kind {
         EngineKind::Cranelift => {}
         EngineKind::Winch => {

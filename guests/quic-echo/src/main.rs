@@ -6,7 +6,7 @@
 //! quic-echo server listen ADDR [--max N] --cert HEX --key HEX [OPTIONS]
 //! quic-echo server dial URL --cert HEX --key HEX [OPTIONS]
 //! quic-echo client URL --ca HEX [--name NAME] [--handshakes K] [OPTIONS] PHASE...
-//! OPTIONS: [--alpn PROTO]... [--idle-ms MS] [--keep-alive-ms MS] [--mtu BYTES]
+//! OPTIONS: [--alpn PROTO]... [--idle-ms MS] [--keep-alive-ms MS] [--mtu BYTES] [--max-mtu BYTES]
 //! ```
 //!
 //! The server echoes every bidirectional stream and datagram of every
@@ -102,6 +102,10 @@ fn parse(args: &[String]) -> Result<Flags, Error> {
             "--mtu" => {
                 f.options.mtu = u16::try_from(number(value()?)?)
                     .map_err(|_| Error::Config("--mtu is at most 65535".into()))?
+            }
+            "--max-mtu" => {
+                f.options.max_mtu = u16::try_from(number(value()?)?)
+                    .map_err(|_| Error::Config("--max-mtu is at most 65535".into()))?
             }
             "--handshakes" => f.handshakes = number(value()?)? as usize,
             "--max" => f.max = number(value()?)?,

@@ -123,8 +123,11 @@ pub struct Report {
     pub bulk_ratio: f64,
     pub bulk_bytes: u64,
     pub rtt_message_bytes: usize,
-    /// The datagram size (MTU) both sides used, bytes.
+    /// The initial datagram size (MTU) both sides used, bytes.
     pub datagram_bytes: u16,
+    /// The largest datagram size path MTU discovery could reach, bytes
+    /// (equal to `datagram_bytes`: discovery off).
+    pub max_datagram_bytes: u16,
     /// The tax guard applied, ms.
     pub handshake_tax_guard_ms: f64,
     pub pairings: Vec<PairingReport>,
@@ -405,14 +408,17 @@ pub async fn run_pairing(
 /// Runs every pairing with `w` and computes the report. Errors: a side
 /// failed, or the handshake tax guard tripped.
 ///
-/// `mtu` is the datagram size, bytes: 1200 (the default, QUIC's minimum)
-/// or more, up to 16383, since a message stream carries any size.
-pub async fn run(w: &Workload, mtu: u16) -> anyhow::Result<Report> {
+/// `mtu` is the initial datagram size, bytes: 1200 (the default, QUIC's
+/// minimum) or more, up to 16383, since a message stream carries any size;
+/// `max_mtu` is the largest size path MTU discovery may reach (equal to
+/// `mtu`: discovery off).
+pub async fn run(w: &Workload, mtu: u16, max_mtu: u16) -> anyhow::Result<Report> {
     let runner = Arc::new(Runner::new(local_config(), EngineKind::Cranelift)?);
     let component = runner.compile(tether_guest_artifacts::QUIC_ECHO)?;
     let identity = Identity::generate(&[tether_quic::DEFAULT_SERVER_NAME])?;
     let options = Options {
         mtu,
+        max_mtu,
         ..Options::default()
     };
     options.transport()?;
@@ -454,6 +460,7 @@ pub async fn run(w: &Workload, mtu: u16) -> anyhow::Result<Report> {
         bulk_bytes: w.bulk_bytes,
         rtt_message_bytes: w.rtt.1,
         datagram_bytes: mtu,
+        max_datagram_bytes: max_mtu.max(mtu),
         handshake_tax_guard_ms: HANDSHAKE_TAX_GUARD_MS,
         pairings,
     };

@@ -55,13 +55,20 @@ pub struct Options {
     /// Default 100 ms (RFC 9002 suggests 333 ms for unknown paths; message
     /// streams are usually nearer).
     pub initial_rtt: Duration,
-    /// Datagram size, bytes: the initial and minimum MTU; path MTU
-    /// discovery is off. Default [`DEFAULT_MTU`] (1200). A message stream
-    /// carries larger datagrams just as well, and up to [`MAX_MTU`] cuts
-    /// the per-message cost; quinn-proto does not shrink it to the peer's
-    /// advertised limit when discovery is off, so use it only with peers
-    /// configured alike (both sides of Tether's pairings accept any size).
+    /// Datagram size every connection starts with, bytes: the initial and
+    /// minimum MTU. Default [`DEFAULT_MTU`] (1200, QUIC's minimum, RFC 9000
+    /// section 14), so the handshake fits any path. quinn-proto does not
+    /// shrink it to the peer's advertised limit, so raise it only with
+    /// peers configured alike (both sides of Tether's pairings accept any
+    /// size).
     pub mtu: u16,
+    /// Largest datagram path MTU discovery (DPLPMTUD, RFC 9000 section
+    /// 14.3) may reach, bytes; equal to `mtu` turns discovery off. Default
+    /// [`MAX_MTU`] (16383): a message stream carries any datagram whole, so
+    /// after the handshake the connection probes up to this size (never
+    /// past the peer's `max_udp_payload_size`) and bulk transfers need an
+    /// order of magnitude fewer messages. Must be in `mtu..=MAX_MTU`.
+    pub max_mtu: u16,
     /// Per-stream receive window, bytes: how much a peer may send on one
     /// stream ahead of the reader. Default 4 MiB.
     pub stream_window: u32,
@@ -78,6 +85,7 @@ impl Default for Options {
             keep_alive: None,
             initial_rtt: Duration::from_millis(100),
             mtu: DEFAULT_MTU,
+            max_mtu: MAX_MTU,
             stream_window: 4 << 20,
             send_window: 8 << 20,
         }
@@ -96,6 +104,19 @@ impl Options {
                 self.mtu
             )));
         }
+        if !(self.mtu..=MAX_MTU).contains(&self.max_mtu) {
+            return Err(Error::Config(format!(
+                "largest MTU {} is outside {}..={MAX_MTU} bytes (the initial MTU up to quinn-proto's largest long-header packet)",
+                self.max_mtu, self.mtu
+            )));
+        }
+        let discovery = (self.max_mtu > self.mtu).then(|| {
+            let mut d = quinn_proto::MtuDiscoveryConfig::default();
+            // A message stream has no real MTU: a probe is lost only if the
+            // peer refuses its size, so a coarse search step is enough.
+            d.upper_bound(self.max_mtu).minimum_change(256);
+            d
+        });
         let idle = IdleTimeout::try_from(self.idle_timeout).map_err(|_| {
             Error::Config(format!("idle timeout {:?} is too long", self.idle_timeout))
         })?;
@@ -110,7 +131,7 @@ impl Options {
             .initial_rtt(self.initial_rtt)
             .initial_mtu(self.mtu)
             .min_mtu(self.mtu)
-            .mtu_discovery_config(None)
+            .mtu_discovery_config(discovery)
             .stream_receive_window(VarInt::from_u32(self.stream_window))
             .send_window(self.send_window)
             .datagram_receive_buffer_size(Some(1 << 20))

@@ -56,7 +56,7 @@ pub mod pattern;
 use std::time::{Duration, Instant};
 
 pub use client::{Client, Phase, Report};
-pub use config::{DEFAULT_ALPN, DEFAULT_MTU, DEFAULT_SERVER_NAME, Identity, Options};
+pub use config::{DEFAULT_ALPN, DEFAULT_MTU, DEFAULT_SERVER_NAME, Identity, MAX_MTU, Options};
 pub use echo::{EchoServer, EchoStats};
 pub use link::{Link, LinkStats};
 pub use quinn_proto;

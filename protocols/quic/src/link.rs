@@ -32,6 +32,12 @@ const PIPE_PEER: SocketAddr = SocketAddr::new(std::net::IpAddr::V4(Ipv4Addr::LOC
 /// the handshake (RFC 9000 section 20.1).
 const APPLICATION_ERROR: u64 = 0x0c;
 
+/// Path MTU discovery is possible on a pipe: a message stream delivers
+/// every datagram whole or not at all, never fragmented (quinn-proto's
+/// `allow_mtud`, normally "the socket sets don't-fragment"). Whether a
+/// connection probes is [`Options::max_mtu`]'s choice.
+const ALLOW_MTUD: bool = true;
+
 /// TLS alert 120, `no_application_protocol`, as a QUIC crypto error code
 /// (RFC 9001 section 4.8).
 const NO_APPLICATION_PROTOCOL: u64 = 0x100 + 120;
@@ -97,7 +103,7 @@ impl Link {
         server_name: &str,
         options: &Options,
     ) -> Result<Link, Error> {
-        let mut endpoint = Endpoint::new(options.endpoint(), None, false, None);
+        let mut endpoint = Endpoint::new(options.endpoint(), None, ALLOW_MTUD, None);
         let (handle, conn) = endpoint
             .connect(now, config, PIPE_PEER, server_name)
             .map_err(|e| Error::Config(format!("cannot start the connection: {e}")))?;
@@ -116,7 +122,7 @@ impl Link {
 
     /// Like [`Link::server`] with a prepared quinn-proto configuration.
     pub fn server_with(now: Instant, config: Arc<ServerConfig>, options: &Options) -> Link {
-        let endpoint = Endpoint::new(options.endpoint(), Some(config), false, None);
+        let endpoint = Endpoint::new(options.endpoint(), Some(config), ALLOW_MTUD, None);
         Link::new(endpoint, Side::Server, now, options)
     }
 
@@ -127,7 +133,7 @@ impl Link {
             conn: None,
             responses: VecDeque::new(),
             buf: Vec::new(),
-            out: Vec::with_capacity(usize::from(options.mtu)),
+            out: Vec::with_capacity(usize::from(options.max_mtu.max(options.mtu))),
             started: now,
             connected_at: None,
             idle_timeout: options.idle_timeout,
@@ -390,6 +396,13 @@ impl Link {
     /// Counters.
     pub fn stats(&self) -> LinkStats {
         self.stats
+    }
+
+    /// The connection's current datagram size (path MTU), bytes: the
+    /// initial MTU until discovery raises it. `None` before a connection
+    /// exists.
+    pub fn mtu(&self) -> Option<u16> {
+        self.conn.as_ref().map(|(_, c)| c.current_mtu())
     }
 
     /// When the link was created (client) or the client's first datagram

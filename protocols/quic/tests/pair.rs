@@ -2,7 +2,9 @@
 //! the [`Client`] workload and a server [`Link`] with the [`EchoServer`],
 //! joined by a pipe with a fixed one-way delay. Timers fire by jumping the
 //! clock to the next deadline, so timeouts take no real time. Every
-//! datagram is checked to fit the default 1200-byte MTU.
+//! datagram is checked to fit the largest MTU the options allow, and every
+//! datagram before the handshake completes to fit the initial MTU (1200
+//! bytes by default).
 
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
@@ -31,9 +33,13 @@ struct Pair {
     mangle: Option<Mangler>,
     /// Times the client's clock jumped to a deadline while idle.
     idle_timer_jumps: usize,
-    /// With `Some`, the largest datagram seen instead of checking each
-    /// against 1200 bytes.
-    max_seen: Option<usize>,
+    /// The largest datagram seen, bytes.
+    max_seen: usize,
+    /// No datagram may be larger, bytes (the options' largest MTU).
+    limit: usize,
+    /// No datagram before the handshake completes may be larger, bytes
+    /// (the options' initial MTU).
+    initial: usize,
 }
 
 fn phases(list: &[&str]) -> Vec<Phase> {
@@ -56,14 +62,17 @@ impl Pair {
             blackhole: false,
             mangle: None,
             idle_timer_jumps: 0,
-            max_seen: None,
+            max_seen: 0,
+            limit: client_opts.max_mtu.max(server_opts.max_mtu).into(),
+            initial: client_opts.mtu.max(server_opts.mtu).into(),
         }
     }
 
     fn check_size(&mut self, len: usize) {
-        match &mut self.max_seen {
-            Some(m) => *m = (*m).max(len),
-            None => assert!(len <= 1200, "datagram of {len} bytes"),
+        self.max_seen = self.max_seen.max(len);
+        assert!(len <= self.limit, "datagram of {len} bytes");
+        if !self.client.is_connected() {
+            assert!(len <= self.initial, "handshake datagram of {len} bytes");
         }
     }
 
@@ -353,17 +362,49 @@ fn phases_parse_and_reports_round_trip_through_text() {
 fn larger_datagrams_when_configured() {
     let big = Options {
         mtu: 9000,
+        max_mtu: 9000,
         ..Options::default()
     };
     let mut pair = Pair::new(&["stream:2m"], &big, &big);
-    pair.max_seen = Some(0);
     pair.run(Duration::from_secs(60));
     assert_eq!(pair.workload.error(), None);
-    assert!(pair.max_seen > Some(8000), "{:?}", pair.max_seen);
+    assert!(pair.max_seen > 8000, "{:?}", pair.max_seen);
 
     assert!(
         Options {
             mtu: 20000,
+            ..Options::default()
+        }
+        .transport()
+        .is_err()
+    );
+}
+
+#[test]
+fn path_mtu_discovery_raises_the_datagram_size_after_the_handshake() {
+    let mut pair = Pair::new(&["stream:2m"], &Options::default(), &Options::default());
+    pair.run(Duration::from_secs(60));
+    assert_eq!(pair.workload.error(), None);
+    // Handshake datagrams were checked against 1200 bytes; the bulk ones
+    // grew towards the 16383-byte default bound.
+    assert!(pair.max_seen > 12_000, "largest datagram {}", pair.max_seen);
+    assert!(pair.client.mtu() > Some(12_000), "{:?}", pair.client.mtu());
+}
+
+#[test]
+fn max_mtu_equal_to_mtu_keeps_every_datagram_at_1200_bytes() {
+    let fixed = Options {
+        max_mtu: 1200,
+        ..Options::default()
+    };
+    let mut pair = Pair::new(&["stream:2m"], &fixed, &fixed);
+    pair.run(Duration::from_secs(60));
+    assert_eq!(pair.workload.error(), None);
+    assert_eq!(pair.max_seen, 1200);
+    assert!(
+        Options {
+            mtu: 1300,
+            max_mtu: 1200,
             ..Options::default()
         }
         .transport()
