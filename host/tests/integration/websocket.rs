@@ -532,6 +532,49 @@ async fn abrupt_close_mid_message_is_abnormal_1006() {
 }
 
 #[tokio::test(flavor = "current_thread")]
+async fn a_failed_stream_closes_its_socket_at_once() {
+    // The peer sends a text frame that is not UTF-8 (RFC 6455 section 8.1:
+    // fail the connection), then times how long the host keeps the TCP
+    // connection open after the guest let go of the stream.
+    let (tx, rx) = std::sync::mpsc::channel::<Option<Duration>>();
+    let tx = std::sync::Mutex::new(tx);
+    let addr = tcp_server(move |tcp| {
+        let tx = tx.lock().unwrap().clone();
+        async move {
+            let mut ws = tokio_tungstenite::accept_async(tcp).await.unwrap();
+            let tcp = ws.get_mut();
+            tcp.write_all(&[0x81, 0x02, 0xc0, 0xaf]).await.unwrap();
+            let t0 = Instant::now();
+            let mut buf = [0u8; 1024];
+            let closed = tokio::time::timeout(Duration::from_secs(8), async {
+                loop {
+                    match tcp.read(&mut buf).await {
+                        Ok(0) | Err(_) => break,
+                        Ok(_) => continue,
+                    }
+                }
+            })
+            .await;
+            let _ = tx.send(closed.ok().map(|()| t0.elapsed()));
+        }
+    });
+    // A long handshake timeout: the linger after a drop must not hold a
+    // failed connection open for it.
+    let runner = runner_with(|c| c.limits.handshake_timeout = Duration::from_secs(10));
+    let out = probe(&runner, &["recv-all", &format!("ws://{addr}/")]).await;
+    assert!(out.stdout_text().contains("error"), "{}", show(&out));
+    let closed = tokio::task::spawn_blocking(move || rx.recv_timeout(Duration::from_secs(10)))
+        .await
+        .unwrap()
+        .expect("the peer reported");
+    let elapsed = closed.expect("the host kept the failed connection open for 8 s");
+    assert!(
+        elapsed < Duration::from_secs(1),
+        "the failed connection closed after {elapsed:?}"
+    );
+}
+
+#[tokio::test(flavor = "current_thread")]
 async fn close_rules_and_idempotence() {
     let addr = ws_server(echo_ws);
     let runner = runner(local_config());
