@@ -88,6 +88,7 @@ fn run(args: ProxyArgs) -> Result<(), String> {
             ready: listener.subscribe(),
             listener,
             spec,
+            pending: true,
         });
     }
     let session = Session::new(Config::default()).map_err(|e| e.to_string())?;
@@ -145,6 +146,9 @@ struct Listener {
     ready: Pollable,
     listener: tcp::ByteListener,
     spec: ListenerSpec,
+    /// Connections may be waiting (untried, or the pollable fired): only
+    /// then is `accept` worth a host call.
+    pending: bool,
 }
 
 /// A client connection in its SOCKS5 or HTTP proxy handshake.
@@ -237,7 +241,7 @@ impl Chan {
 enum Wake {
     PipeRx,
     PipeTx,
-    Listener,
+    Listener(usize),
     Handshake(usize),
     Connect,
     ChanRead(usize),
@@ -367,9 +371,9 @@ impl Proxy {
                 list.push(self.pipe.tx());
                 wakes.push(Wake::PipeTx);
             }
-            for l in &self.listeners {
+            for (i, l) in self.listeners.iter().enumerate() {
                 list.push(&l.ready);
-                wakes.push(Wake::Listener);
+                wakes.push(Wake::Listener(i));
             }
             for (i, h) in self.handshakes.iter().enumerate() {
                 list.push(&h.conn.rx);
@@ -401,7 +405,8 @@ impl Proxy {
                 match wakes[i as usize] {
                     Wake::PipeRx => self.pipe_readable = true,
                     Wake::PipeTx => self.pipe_blocked = false,
-                    Wake::Listener | Wake::Connect | Wake::Timer => {}
+                    Wake::Listener(l) => self.listeners[l].pending = true,
+                    Wake::Connect | Wake::Timer => {}
                     Wake::Handshake(h) => self.handshakes[h].readable = true,
                     Wake::ChanRead(c) => {
                         if let Some(chan) = self.chans[c].as_mut() {
@@ -609,12 +614,16 @@ impl Proxy {
     /// Takes new client connections from the listeners.
     fn accept(&mut self, now: Instant) {
         for i in 0..self.listeners.len() {
-            loop {
+            while self.listeners[i].pending {
                 let parts = match self.listeners[i].listener.accept() {
                     Ok(Some(parts)) => parts,
-                    Ok(None) => break,
+                    Ok(None) => {
+                        self.listeners[i].pending = false;
+                        break;
+                    }
                     Err(e) => {
                         eprintln!("jmux: accept: {}", sdk::describe(&e));
+                        self.listeners[i].pending = false;
                         break;
                     }
                 };
