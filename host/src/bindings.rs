@@ -20,3 +20,22 @@ wasmtime::component::bindgen!({
 });
 
 pub use tether::streams::types::ErrorCode;
+
+/// One line for people: the error's kind in words, then its payload
+/// (`invalid URL: `x`: relative URL without a base`).
+pub fn describe(e: &ErrorCode) -> String {
+    match e {
+        ErrorCode::InvalidUrl(m) => format!("invalid URL: {m}"),
+        ErrorCode::Denied(m) => format!("denied by policy: {m}"),
+        ErrorCode::DnsFailure(m) => format!("DNS failure: {m}"),
+        ErrorCode::ConnectionRefused(m) => format!("connection refused: {m}"),
+        ErrorCode::Timeout => "timed out (connect, TLS or WebSocket handshake deadline)".into(),
+        ErrorCode::TlsFailure(m) => format!("TLS failure: {m}"),
+        ErrorCode::ProtocolError(m) => format!("protocol error: {m}"),
+        ErrorCode::Closed => "closed".into(),
+        ErrorCode::MessageTooLarge(n) => format!("message too large (limit {n} bytes)"),
+        ErrorCode::WouldBlock => "would block".into(),
+        ErrorCode::InvalidArgument(m) => format!("invalid argument: {m}"),
+        ErrorCode::Other(m) => m.clone(),
+    }
+}

@@ -399,7 +399,8 @@ fn server_and_url(url: Option<String>) -> anyhow::Result<(Option<EchoServer>, St
 }
 
 async fn compare(url: &str, workload: &Workload, rounds: usize) -> anyhow::Result<bench::Report> {
-    let target = tether_host::websocket::parse_ws_url(url).map_err(|e| anyhow::anyhow!("{e:?}"))?;
+    let target = tether_host::websocket::parse_ws_url(url)
+        .map_err(|e| anyhow::anyhow!("{}", tether_host::bindings::describe(&e)))?;
     let rule: Rule = if target.host.contains(':') {
         format!("[{}]:{}", target.host, target.port).parse()?
     } else {

@@ -227,6 +227,13 @@ impl Runner {
 
     /// Compiles a component (`.wasm` bytes).
     pub fn compile(&self, wasm: &[u8]) -> anyhow::Result<Component> {
+        // The WebAssembly magic number is "\0asm"; anything else is not a
+        // guest at all (a one-line error instead of a parser dump).
+        if !wasm.starts_with(b"\0asm") {
+            anyhow::bail!(
+                "not a WebAssembly component (the file does not start with the \\0asm magic number)"
+            );
+        }
         Ok(Component::new(&self.engine, wasm)?)
     }
 
