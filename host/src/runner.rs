@@ -127,7 +127,7 @@ impl TetherView for GuestState {
 }
 
 #[derive(Debug)]
-struct Runaway(Duration);
+pub(crate) struct Runaway(pub(crate) Duration);
 
 impl std::fmt::Display for Runaway {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -241,32 +241,11 @@ impl Runner {
     /// this process for the same bytes and engine configuration (tests and
     /// the conformance suite run one guest under many configurations).
     pub fn compile_cached(&self, wasm: &[u8]) -> anyhow::Result<Component> {
-        use std::collections::HashMap;
-        use std::hash::{Hash, Hasher};
-        use std::sync::{Mutex, OnceLock};
-        type Key = (u64, usize, EngineKind, usize);
-        static CACHE: OnceLock<Mutex<HashMap<Key, Arc<Vec<u8>>>>> = OnceLock::new();
-        let mut hasher = std::collections::hash_map::DefaultHasher::new();
-        wasm.hash(&mut hasher);
-        let key = (
-            hasher.finish(),
-            wasm.len(),
-            self.kind,
-            self.host.config.limits.max_memory_bytes,
-        );
-        let cache = CACHE.get_or_init(Default::default);
-        let hit = cache.lock().unwrap().get(&key).cloned();
-        let bytes = match hit {
-            Some(b) => b,
-            None => {
-                let b = Arc::new(self.engine.precompile_component(wasm)?);
-                cache.lock().unwrap().insert(key, b.clone());
-                b
-            }
-        };
-        // SAFETY: the bytes were produced by `precompile_component` in this
-        // process for an engine with the same configuration.
-        Ok(unsafe { Component::deserialize(&self.engine, &bytes[..]) }?)
+        precompile_cached(
+            &self.engine,
+            wasm,
+            (self.kind, self.host.config.limits.max_memory_bytes),
+        )
     }
 
     /// Runs `component` as a `wasi:cli/command` with `args` (`args[0]` is
@@ -279,21 +258,9 @@ impl Runner {
     ) -> Outcome {
         let started = Instant::now();
         let limits = &self.host.config.limits;
-        let mut wasi = WasiCtx::builder();
-        wasi.args(args);
-        let pipes = match io {
-            GuestIo::Inherit => {
-                wasi.inherit_stdout().inherit_stderr();
-                None
-            }
-            GuestIo::Capture(max) => {
-                let (out, err) = (MemoryOutputPipe::new(max), MemoryOutputPipe::new(max));
-                wasi.stdout(out.clone()).stderr(err.clone());
-                Some((out, err))
-            }
-        };
+        let (wasi, pipes) = wasi_ctx(args, io);
         let state = GuestState {
-            wasi: wasi.build(),
+            wasi,
             table: ResourceTable::new(),
             tether: TetherCtx::new(self.host.clone()),
             limits: StoreLimitsBuilder::new()
@@ -347,26 +314,83 @@ impl Runner {
         }
         .await;
         drop(store);
-        let (stdout, stderr) = match pipes {
-            Some((o, e)) => (o.contents().to_vec(), e.contents().to_vec()),
-            None => (Vec::new(), Vec::new()),
-        };
-        Outcome {
-            result,
-            stdout,
-            stderr,
-            elapsed: started.elapsed(),
-        }
+        outcome(result, pipes, started)
     }
 }
 
-fn classify_trap(e: wasmtime::Error, max_memory: usize) -> RunError {
+/// Compiles `wasm` for `engine`, reusing machine code compiled earlier in
+/// this process for the same bytes and the same `config` (whatever,
+/// besides the engine, the code depends on).
+pub(crate) fn precompile_cached(
+    engine: &Engine,
+    wasm: &[u8],
+    config: impl std::hash::Hash,
+) -> anyhow::Result<Component> {
+    use std::collections::HashMap;
+    use std::hash::{Hash, Hasher};
+    use std::sync::{Mutex, OnceLock};
+    /// (hash of the bytes and `config`, length) -> precompiled code.
+    type Cache = Mutex<HashMap<(u64, usize), Arc<Vec<u8>>>>;
+    static CACHE: OnceLock<Cache> = OnceLock::new();
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    wasm.hash(&mut hasher);
+    config.hash(&mut hasher);
+    let key = (hasher.finish(), wasm.len());
+    let cache = CACHE.get_or_init(Default::default);
+    let hit = cache.lock().unwrap().get(&key).cloned();
+    let bytes = match hit {
+        Some(b) => b,
+        None => {
+            let b = Arc::new(engine.precompile_component(wasm)?);
+            cache.lock().unwrap().insert(key, b.clone());
+            b
+        }
+    };
+    // SAFETY: the bytes were produced by `precompile_component` in this
+    // process for an engine with the same configuration (`config`).
+    Ok(unsafe { Component::deserialize(engine, &bytes[..]) }?)
+}
+
+/// Captured stdout and stderr of a guest.
+pub(crate) type Pipes = Option<(MemoryOutputPipe, MemoryOutputPipe)>;
+
+/// The guest's WASI context: `args`, and stdout/stderr inherited or
+/// captured (up to `max` bytes each) as `io` says.
+pub(crate) fn wasi_ctx(args: &[impl AsRef<str>], io: GuestIo) -> (WasiCtx, Pipes) {
+    let mut wasi = WasiCtx::builder();
+    wasi.args(args);
+    let pipes = match io {
+        GuestIo::Inherit => {
+            wasi.inherit_stdout().inherit_stderr();
+            None
+        }
+        GuestIo::Capture(max) => {
+            let (out, err) = (MemoryOutputPipe::new(max), MemoryOutputPipe::new(max));
+            wasi.stdout(out.clone()).stderr(err.clone());
+            Some((out, err))
+        }
+    };
+    (wasi.build(), pipes)
+}
+
+/// The run's [`Outcome`] once its store is gone.
+pub(crate) fn outcome(result: Result<(), RunError>, pipes: Pipes, started: Instant) -> Outcome {
+    let (stdout, stderr) = match pipes {
+        Some((o, e)) => (o.contents().to_vec(), e.contents().to_vec()),
+        None => (Vec::new(), Vec::new()),
+    };
+    Outcome {
+        result,
+        stdout,
+        stderr,
+        elapsed: started.elapsed(),
+    }
+}
+
+/// A guest's exit, runaway, memory limit or trap, from wasmtime's error.
+pub(crate) fn classify_trap(e: wasmtime::Error, max_memory: usize) -> RunError {
     if let Some(exit) = e.downcast_ref::<wasmtime_wasi::I32Exit>() {
-        return if exit.0 == 0 {
-            RunError::Exit(0)
-        } else {
-            RunError::Exit(exit.0)
-        };
+        return RunError::Exit(exit.0);
     }
     if let Some(r) = e.downcast_ref::<Runaway>() {
         return RunError::Runaway(r.0);

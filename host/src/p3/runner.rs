@@ -3,14 +3,15 @@
 //! `Store::run_concurrent` on an engine with component-model-async.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use wasmtime::component::{Component, Linker, ResourceTable};
 use wasmtime::{CallHook, Config as EngineConfig, Engine, Store, StoreLimits, StoreLimitsBuilder};
-use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
-use crate::runner::{GuestIo, Outcome, RunError};
+use crate::runner::{
+    GuestIo, Outcome, RunError, Runaway, classify_trap, outcome, precompile_cached, wasi_ctx,
+};
 use crate::{Config, HostCtx, TetherCtx, TetherCtxView, TetherView};
 
 /// Store data of an async-interface guest.
@@ -40,21 +41,6 @@ impl TetherView for State {
         }
     }
 }
-
-#[derive(Debug)]
-struct Runaway(Duration);
-
-impl std::fmt::Display for Runaway {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "guest ran for more than {:?} without returning to the host",
-            self.0
-        )
-    }
-}
-
-impl std::error::Error for Runaway {}
 
 /// Compiles and runs async-interface guests under one [`Config`], with the
 /// same limits as [`crate::runner::Runner`] (memory, runaway detection
@@ -104,27 +90,7 @@ impl Runner {
     /// Compiles a component, reusing machine code compiled earlier in this
     /// process for the same bytes.
     pub fn compile_cached(&self, wasm: &[u8]) -> anyhow::Result<Component> {
-        use std::collections::HashMap;
-        use std::hash::{Hash, Hasher};
-        use std::sync::{Mutex, OnceLock};
-        type Cache = Mutex<HashMap<(u64, usize), Arc<Vec<u8>>>>;
-        static CACHE: OnceLock<Cache> = OnceLock::new();
-        let mut hasher = std::collections::hash_map::DefaultHasher::new();
-        wasm.hash(&mut hasher);
-        let key = (hasher.finish(), wasm.len());
-        let cache = CACHE.get_or_init(Default::default);
-        let hit = cache.lock().unwrap().get(&key).cloned();
-        let bytes = match hit {
-            Some(b) => b,
-            None => {
-                let b = Arc::new(self.engine.precompile_component(wasm)?);
-                cache.lock().unwrap().insert(key, b.clone());
-                b
-            }
-        };
-        // SAFETY: produced by `precompile_component` in this process, for
-        // an engine configured by `Runner::new` like this one.
-        Ok(unsafe { Component::deserialize(&self.engine, &bytes[..]) }?)
+        precompile_cached(&self.engine, wasm, "p3")
     }
 
     /// Runs the component's async `run` with `args` (`args[0]` is the
@@ -137,21 +103,9 @@ impl Runner {
     ) -> Outcome {
         let started = Instant::now();
         let limits = &self.host.config.limits;
-        let mut wasi = WasiCtx::builder();
-        wasi.args(args);
-        let pipes = match io {
-            GuestIo::Inherit => {
-                wasi.inherit_stdout().inherit_stderr();
-                None
-            }
-            GuestIo::Capture(max) => {
-                let (out, err) = (MemoryOutputPipe::new(max), MemoryOutputPipe::new(max));
-                wasi.stdout(out.clone()).stderr(err.clone());
-                Some((out, err))
-            }
-        };
+        let (wasi, pipes) = wasi_ctx(args, io);
         let state = State {
-            wasi: wasi.build(),
+            wasi,
             table: ResourceTable::new(),
             tether: TetherCtx::new(self.host.clone()),
             limits: StoreLimitsBuilder::new()
@@ -194,34 +148,11 @@ impl Runner {
             match ran {
                 Ok(Ok(Ok(()))) => Ok(()),
                 Ok(Ok(Err(()))) => Err(RunError::Exit(1)),
-                Ok(Err(e)) | Err(e) => Err(classify(e, limits.max_memory_bytes)),
+                Ok(Err(e)) | Err(e) => Err(classify_trap(e, limits.max_memory_bytes)),
             }
         }
         .await;
         drop(store);
-        let (stdout, stderr) = match pipes {
-            Some((o, e)) => (o.contents().to_vec(), e.contents().to_vec()),
-            None => (Vec::new(), Vec::new()),
-        };
-        Outcome {
-            result,
-            stdout,
-            stderr,
-            elapsed: started.elapsed(),
-        }
+        outcome(result, pipes, started)
     }
-}
-
-fn classify(e: wasmtime::Error, max_memory: usize) -> RunError {
-    if let Some(exit) = e.downcast_ref::<wasmtime_wasi::I32Exit>() {
-        return RunError::Exit(exit.0);
-    }
-    if let Some(r) = e.downcast_ref::<Runaway>() {
-        return RunError::Runaway(r.0);
-    }
-    let text = format!("{e:?}");
-    if text.contains("forcing trap when growing memory") {
-        return RunError::MemoryLimit(max_memory);
-    }
-    RunError::Trap(text)
 }
