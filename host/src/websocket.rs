@@ -44,6 +44,11 @@ use crate::{HostCtx, TetherCtxView, net};
 /// syscall per message in a pipeline.
 const INLINE_SENDS_PER_YIELD: u8 = 2;
 
+/// Largest read from the socket into tungstenite's input buffer, bytes.
+/// tungstenite zero-fills this much before every read, so its 128 KiB
+/// default cost a 128 KiB memset per received message on a round trip.
+const READ_BUFFER_BYTES: usize = 32 * 1024;
+
 /// Close code for "no status code was present" (RFC 6455 section 7.4.1).
 pub const CLOSE_NO_STATUS: u16 = 1005;
 /// Close code for "closed without a close frame" (RFC 6455 section 7.4.1).
@@ -59,6 +64,7 @@ pub fn ws_config(limits: &Limits) -> WebSocketConfig {
         .max_message_size(Some(limits.max_message_bytes))
         .max_frame_size(Some(limits.max_message_bytes))
         .max_write_buffer_size(limits.max_message_bytes + (1 << 20))
+        .read_buffer_size(READ_BUFFER_BYTES)
 }
 
 #[derive(Default)]
