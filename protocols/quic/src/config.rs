@@ -2,7 +2,8 @@
 //! the client's trust anchor, ALPN.
 //!
 //! Every connection runs TLS 1.3 with rustls and the *ring* provider (also
-//! inside a `wasm32-wasip2` guest). The client verifies the server's
+//! inside a `wasm32-wasip2` guest, where QUIC packet keys come from
+//! [`crate::packet_protection`]). The client verifies the server's
 //! certificate against one trusted certificate handed to it (the server's
 //! own self-signed certificate or the CA that signed it), and both sides
 //! require ALPN: a client that offers none of the server's protocols is
@@ -197,8 +198,15 @@ impl Identity {
 fn provider() -> Arc<rustls::crypto::CryptoProvider> {
     let mut provider = rustls::crypto::ring::default_provider();
     // Without AES instructions (WebAssembly has none) ChaCha20-Poly1305 is
-    // the faster AEAD; natively AES-GCM is. The client's order decides.
+    // the faster AEAD, and `rscrypto`'s SIMD ChaCha20 beats *ring*'s
+    // portable one for packet keys; natively AES-GCM is faster. The
+    // client's order decides.
     if cfg!(target_family = "wasm") {
+        for suite in &mut provider.cipher_suites {
+            if suite.suite() == rustls::CipherSuite::TLS13_CHACHA20_POLY1305_SHA256 {
+                *suite = crate::packet_protection::chacha20_poly1305_suite();
+            }
+        }
         provider
             .cipher_suites
             .sort_by_key(|s| s.suite() != rustls::CipherSuite::TLS13_CHACHA20_POLY1305_SHA256);

@@ -8,9 +8,11 @@
 //! guest and the host's native peer share every line of protocol code and
 //! differ only in their I/O drivers.
 //!
-//! - [`config`]: transport options (fixed 1200-byte datagrams, no MTU
-//!   discovery, idle timeout, keep-alive), TLS 1.3 with the server's
-//!   certificate, ALPN required.
+//! - [`config`]: transport options (1200-byte datagrams during the
+//!   handshake, then path MTU discovery up to 16383 bytes; idle timeout,
+//!   keep-alive), TLS 1.3 with the server's certificate, ALPN required.
+//! - [`packet_protection`]: ChaCha20-Poly1305 QUIC packet keys with a
+//!   WebAssembly SIMD backend, used inside guests.
 //! - [`link`]: [`Link`], one connection over one pipe, with the driver
 //!   contract (input, deadline, output).
 //! - [`echo`]: [`EchoServer`], echoes every bidirectional stream and
@@ -51,6 +53,7 @@ pub mod client;
 pub mod config;
 pub mod echo;
 pub mod link;
+pub mod packet_protection;
 pub mod pattern;
 
 use std::time::{Duration, Instant};
