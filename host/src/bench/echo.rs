@@ -236,7 +236,10 @@ pub async fn native_ping(url: &str, w: &Workload) -> anyhow::Result<Samples> {
     );
     let tcp = tokio::net::TcpStream::connect(&addr).await?;
     tcp.set_nodelay(true)?;
-    let (mut ws, _) = tokio_tungstenite::client_async(url, tcp).await?;
+    // The host's own tungstenite settings, so the ratio measures the guest
+    // and nothing else.
+    let config = crate::websocket::ws_config(&Default::default());
+    let (mut ws, _) = tokio_tungstenite::client_async_with_config(url, tcp, Some(config)).await?;
     round_trips(&mut ws, w.warmup, w.rtt.1, 1).await?;
     let rtt_ns = round_trips(&mut ws, w.rtt.0, w.rtt.1, 1).await?;
     let nagle_ns = round_trips(&mut ws, w.nagle.0, w.nagle.1, 2).await?;
