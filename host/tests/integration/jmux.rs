@@ -214,15 +214,58 @@ fn hundred_concurrent_channels_each_with_its_own_checksum() {
     eprintln!("100 channels in {:?}", started.elapsed());
 }
 
+/// An HTTP/1.1 origin on 127.0.0.1 that keeps connections alive unless a
+/// request says `Connection: close` (RFC 9112 section 9.6) and answers
+/// every request with `NAME REQUEST-LINE\n`.
+fn keep_alive_origin(name: &'static str) -> SocketAddr {
+    use std::io::{BufRead, BufReader, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(conn) = conn else { return };
+            std::thread::spawn(move || {
+                let mut out = conn.try_clone().unwrap();
+                let mut lines = BufReader::new(conn).lines();
+                while let Some(Ok(request_line)) = lines.next() {
+                    // The header fields (no bodies in this test).
+                    let mut close = false;
+                    for line in lines.by_ref() {
+                        let Ok(line) = line else { return };
+                        if line.is_empty() {
+                            break;
+                        }
+                        close |= line.eq_ignore_ascii_case("connection: close");
+                    }
+                    let body = format!("{name} {request_line}\n");
+                    let head = format!(
+                        "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n{}\r\n",
+                        body.len(),
+                        if close { "Connection: close\r\n" } else { "" }
+                    );
+                    if out.write_all(format!("{head}{body}").as_bytes()).is_err() || close {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    addr
+}
+
 #[test]
 fn socks5_and_http_proxy_listeners_driven_by_curl() {
     let runner = runner();
     let peers = PeerRuntime::new().unwrap();
     let data = Arc::new(peers::payload(300_000, 5));
     let (h1, _) = peers.http1(data.clone()).unwrap();
+    // Keep-alive origins: a proxy that relays a connection's later
+    // requests to its first origin shows here.
+    let (alpha, beta) = (keep_alive_origin("alpha"), keep_alive_origin("beta"));
     let (denied, _) = peers.http1(data.clone()).unwrap();
     let refused = closed_port();
-    // The accepting guest opens only the HTTP server and the closed port.
+    // The accepting guest opens only the two HTTP servers and the closed
+    // port.
     let (_t, _, lp) = tunnel(
         &runner,
         &[],
@@ -230,6 +273,10 @@ fn socks5_and_http_proxy_listeners_driven_by_curl() {
         &[
             "--allow",
             &h1.to_string(),
+            "--allow",
+            &alpha.to_string(),
+            "--allow",
+            &beta.to_string(),
             "--allow",
             &format!("127.0.0.1:{refused}"),
         ],
@@ -249,8 +296,21 @@ fn socks5_and_http_proxy_listeners_driven_by_curl() {
             got.len()
         );
     }
-    // Refusals reach the client with the JMUX reason.
+    // A keep-alive client's second plain request names another origin: it
+    // must reach that origin (one request per proxied connection), and a
+    // denied one must be refused, not relayed to the first origin.
+    let proxy = format!("http://{http}");
+    let (a, b) = (format!("http://{alpha}/a"), format!("http://{beta}/b"));
+    let got = peers::curl(&["-x", &proxy, &a, &b]).unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&got),
+        "alpha GET /a HTTP/1.1\nbeta GET /b HTTP/1.1\n"
+    );
     let denied_url = format!("http://{denied}/data");
+    let e = peers::curl(&["-x", &proxy, &a, &denied_url]).unwrap_err();
+    assert!(e.to_string().contains("403"), "{e}");
+
+    // Refusals reach the client with the JMUX reason.
     let e = peers::curl(&["--socks5", &socks.to_string(), &denied_url]).unwrap_err();
     // curl shows the SOCKS5 reply code: 2, not allowed by rule set.
     assert!(e.to_string().contains("(2)"), "{e}");

@@ -7,11 +7,13 @@
 //! - A plain proxy request with an absolute-form target
 //!   (`GET http://host[:port]/path HTTP/1.1`, RFC 9112 section 3.2.2): open a
 //!   channel to `host:port` (80 by default) and send the head rewritten to
-//!   origin-form (`GET /path HTTP/1.1`) without the `Proxy-Connection` and
-//!   `Proxy-Authorization` headers, then relay bytes both ways. Later
-//!   requests on the same connection are relayed unchanged (servers accept
-//!   absolute-form, RFC 9112 section 3.2.2), so they must go to the same
-//!   origin.
+//!   origin-form (`GET /path HTTP/1.1`) without the `Proxy-Connection`,
+//!   `Proxy-Authorization`, `Connection` and `Keep-Alive` headers and with
+//!   `Connection: close` (RFC 9112 section 9.6), then relay bytes both
+//!   ways. The origin closes after its response, and so does the channel:
+//!   one request per connection, so a keep-alive client's next request,
+//!   which may name another origin, comes on a new connection and is
+//!   checked and routed on its own.
 //!
 //! The head is parsed with `httparse`.
 
@@ -20,6 +22,10 @@ use crate::codec::{Destination, ReasonCode};
 /// Largest request head accepted, in bytes (64 KiB); a longer one is
 /// refused with 431.
 pub const MAX_HEAD: usize = 64 * 1024;
+
+/// Most header fields accepted in a request head; more are refused with
+/// 431.
+pub const MAX_HEADERS: usize = 100;
 
 /// The answer to a CONNECT whose channel opened.
 pub const CONNECT_OK: &[u8] = b"HTTP/1.1 200 Connection Established\r\n\r\n";
@@ -69,14 +75,19 @@ pub enum HttpProxyError {
     /// The head is longer than [`MAX_HEAD`].
     #[error("request head larger than {MAX_HEAD} bytes")]
     TooLarge,
+    /// The head has more than [`MAX_HEADERS`] header fields.
+    #[error("more than {MAX_HEADERS} header fields")]
+    TooManyHeaders,
 }
 
 impl HttpProxyError {
     /// The response to send before closing (400, or 431 for
-    /// [`HttpProxyError::TooLarge`]).
+    /// [`HttpProxyError::TooLarge`] and [`HttpProxyError::TooManyHeaders`]).
     pub fn response(&self) -> Vec<u8> {
         let status = match self {
-            HttpProxyError::TooLarge => "431 Request Header Fields Too Large",
+            HttpProxyError::TooLarge | HttpProxyError::TooManyHeaders => {
+                "431 Request Header Fields Too Large"
+            }
             _ => "400 Bad Request",
         };
         response(status, &self.to_string())
@@ -138,7 +149,7 @@ fn split_authority(authority: &str, default_port: Option<u16>) -> Option<Destina
 ///
 /// Errors: [`HttpProxyError`]; answer with its response and close.
 pub fn parse_request(buf: &[u8]) -> Result<Option<(ProxyRequest, usize)>, HttpProxyError> {
-    let mut headers = [httparse::EMPTY_HEADER; 100];
+    let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
     let mut req = httparse::Request::new(&mut headers);
     let consumed = match req.parse(buf) {
         Ok(httparse::Status::Complete(n)) => n,
@@ -146,7 +157,7 @@ pub fn parse_request(buf: &[u8]) -> Result<Option<(ProxyRequest, usize)>, HttpPr
             return Err(HttpProxyError::TooLarge);
         }
         Ok(httparse::Status::Partial) => return Ok(None),
-        Err(httparse::Error::TooManyHeaders) => return Err(HttpProxyError::TooLarge),
+        Err(httparse::Error::TooManyHeaders) => return Err(HttpProxyError::TooManyHeaders),
         Err(e) => return Err(HttpProxyError::Malformed(e.to_string())),
     };
     if consumed > MAX_HEAD {
@@ -182,9 +193,13 @@ pub fn parse_request(buf: &[u8]) -> Result<Option<(ProxyRequest, usize)>, HttpPr
     head.extend_from_slice(path.as_bytes());
     head.extend_from_slice(format!(" HTTP/1.{}\r\n", req.version.unwrap_or(1)).as_bytes());
     for h in req.headers.iter() {
-        if h.name.eq_ignore_ascii_case("proxy-connection")
-            || h.name.eq_ignore_ascii_case("proxy-authorization")
-        {
+        let hop_by_hop = [
+            "proxy-connection",
+            "proxy-authorization",
+            "connection",
+            "keep-alive",
+        ];
+        if hop_by_hop.iter().any(|n| h.name.eq_ignore_ascii_case(n)) {
             continue;
         }
         head.extend_from_slice(h.name.as_bytes());
@@ -192,7 +207,7 @@ pub fn parse_request(buf: &[u8]) -> Result<Option<(ProxyRequest, usize)>, HttpPr
         head.extend_from_slice(h.value);
         head.extend_from_slice(b"\r\n");
     }
-    head.extend_from_slice(b"\r\n");
+    head.extend_from_slice(b"Connection: close\r\n\r\n");
     Ok(Some((
         ProxyRequest::Forward { destination, head },
         consumed,
@@ -234,7 +249,7 @@ mod tests {
 
     #[test]
     fn plain_proxy_requests_are_rewritten_to_origin_form() {
-        let req = b"POST http://127.0.0.1:8080/up?x=1 HTTP/1.1\r\nHost: 127.0.0.1:8080\r\nProxy-Connection: keep-alive\r\nContent-Length: 4\r\n\r\nbody";
+        let req = b"POST http://127.0.0.1:8080/up?x=1 HTTP/1.1\r\nHost: 127.0.0.1:8080\r\nProxy-Connection: keep-alive\r\nConnection: keep-alive\r\nKeep-Alive: timeout=5\r\nContent-Length: 4\r\n\r\nbody";
         let (r, n) = parse_request(req).unwrap().unwrap();
         let ProxyRequest::Forward { destination, head } = r else {
             panic!("not forward")
@@ -242,7 +257,7 @@ mod tests {
         assert_eq!(destination, Destination::tcp("127.0.0.1", 8080));
         assert_eq!(
             String::from_utf8(head).unwrap(),
-            "POST /up?x=1 HTTP/1.1\r\nHost: 127.0.0.1:8080\r\nContent-Length: 4\r\n\r\n"
+            "POST /up?x=1 HTTP/1.1\r\nHost: 127.0.0.1:8080\r\nContent-Length: 4\r\nConnection: close\r\n\r\n"
         );
         assert_eq!(&req[n..], b"body");
         let (r, _) = parse_request(b"GET http://u@example.com HTTP/1.0\r\n\r\n")
@@ -274,6 +289,15 @@ mod tests {
         let e = parse_request(&big).unwrap_err();
         assert_eq!(e, HttpProxyError::TooLarge);
         assert!(e.response().starts_with(b"HTTP/1.1 431 "));
+        let mut many = b"GET http://a/ HTTP/1.1\r\n".to_vec();
+        for i in 0..=MAX_HEADERS {
+            many.extend_from_slice(format!("X-{i}: 1\r\n").as_bytes());
+        }
+        many.extend_from_slice(b"\r\n");
+        let e = parse_request(&many).unwrap_err();
+        assert_eq!(e, HttpProxyError::TooManyHeaders);
+        assert!(e.response().starts_with(b"HTTP/1.1 431 "));
+        assert!(e.to_string().contains("header fields"), "{e}");
         let r = failure_response(ReasonCode::NotAllowedByRuleSet, "denied: x:1");
         assert!(r.starts_with(b"HTTP/1.1 403 "));
         assert!(failure_response(ReasonCode::ConnectionRefused, "").starts_with(b"HTTP/1.1 502 "));
