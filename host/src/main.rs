@@ -61,7 +61,8 @@ struct HostArgs {
     #[arg(long = "deny", value_name = "RULE")]
     deny: Vec<Rule>,
     /// Allow binding listeners on IP:PORT (repeatable), e.g. 127.0.0.1:*.
-    #[arg(long = "listen", value_name = "RULE")]
+    /// The host part is an IP, a CIDR block or *, never a name.
+    #[arg(long = "listen", value_name = "RULE", value_parser = listen_rule)]
     listen: Vec<Rule>,
     /// Add the certificates in this PEM file to the trusted roots.
     #[arg(long = "ca-file", value_name = "PEM")]
@@ -69,29 +70,30 @@ struct HostArgs {
     /// Do not trust the system's root certificates.
     #[arg(long)]
     no_system_roots: bool,
-    /// wasmtime, wasmtime-winch or wasmtime-pooling.
-    #[arg(long, default_value = "wasmtime")]
-    engine: String,
-    /// Guest linear memory limit, MiB.
-    #[arg(long, default_value_t = 256)]
+    /// The engine that runs the guest.
+    #[arg(long, value_enum, default_value_t = Engine::Wasmtime)]
+    engine: Engine,
+    /// Guest linear memory limit, MiB (at least 1).
+    #[arg(long, default_value_t = 256, value_parser = at_least_one_usize())]
     max_memory_mib: usize,
-    /// Largest WebSocket message, bytes.
-    #[arg(long, default_value_t = Limits::default().max_message_bytes)]
+    /// Largest WebSocket message, bytes (at least 1).
+    #[arg(long, default_value_t = Limits::default().max_message_bytes, value_parser = at_least_one_usize())]
     max_message_bytes: usize,
-    /// Inbound buffer per message stream, bytes.
-    #[arg(long, default_value_t = Limits::default().inbound_buffer_bytes)]
+    /// Inbound buffer per message stream, bytes (at least 1).
+    #[arg(long, default_value_t = Limits::default().inbound_buffer_bytes, value_parser = at_least_one_usize())]
     inbound_buffer_bytes: usize,
-    /// Outbound buffer per message stream, bytes.
-    #[arg(long, default_value_t = Limits::default().outbound_buffer_bytes)]
+    /// Outbound buffer per message stream, bytes (at least 1).
+    #[arg(long, default_value_t = Limits::default().outbound_buffer_bytes, value_parser = at_least_one_usize())]
     outbound_buffer_bytes: usize,
-    /// Connect deadline (DNS + TCP), ms.
-    #[arg(long, default_value_t = 10_000)]
+    /// Connect deadline (DNS + TCP), ms (at least 1).
+    #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..))]
     connect_timeout_ms: u64,
-    /// TLS + WebSocket handshake deadline, ms.
-    #[arg(long, default_value_t = 10_000)]
+    /// TLS + WebSocket handshake deadline, ms (at least 1).
+    #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..))]
     handshake_timeout_ms: u64,
-    /// Stop a guest that runs this long without returning to the host, ms.
-    #[arg(long, default_value_t = 10_000)]
+    /// Stop a guest that runs this long without returning to the host, ms
+    /// (at least 1).
+    #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..))]
     max_run_ms: u64,
 }
 
@@ -120,14 +122,47 @@ impl HostArgs {
         }
     }
 
-    fn engine(&self) -> anyhow::Result<EngineKind> {
-        Ok(match self.engine.as_str() {
-            "wasmtime" => EngineKind::Cranelift,
-            "wasmtime-winch" => EngineKind::Winch,
-            "wasmtime-pooling" => EngineKind::Pooling,
-            other => bail!("unknown engine `{other}` (wasmtime, wasmtime-winch, wasmtime-pooling)"),
-        })
+    fn engine(&self) -> EngineKind {
+        match self.engine {
+            Engine::Wasmtime => EngineKind::Cranelift,
+            Engine::WasmtimeWinch => EngineKind::Winch,
+            Engine::WasmtimePooling => EngineKind::Pooling,
+        }
     }
+}
+
+/// `--engine` values.
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum Engine {
+    /// Cranelift, on-demand allocation.
+    Wasmtime,
+    /// The Winch baseline compiler.
+    WasmtimeWinch,
+    /// Cranelift with the pooling instance allocator.
+    WasmtimePooling,
+}
+
+/// A datagram size: QUIC's minimum (1200, RFC 9000 section 14) up to the
+/// largest a message stream carries here.
+fn mtu_range() -> clap::builder::RangedI64ValueParser<u16> {
+    clap::builder::RangedI64ValueParser::<u16>::new()
+        .range(i64::from(tether_quic::DEFAULT_MTU)..=i64::from(tether_quic::MAX_MTU))
+}
+
+/// A `--listen` rule: an address rule, since bind addresses are IPs.
+fn listen_rule(text: &str) -> Result<Rule, String> {
+    let rule: Rule = text.parse().map_err(|e| format!("{e}"))?;
+    if !rule.is_address_rule() {
+        return Err(format!(
+            "`{text}`: a listen rule takes an IP, a CIDR block or * (a bind address is never a name)"
+        ));
+    }
+    Ok(rule)
+}
+
+/// A `usize` option that must be at least 1.
+fn at_least_one_usize() -> clap::builder::RangedU64ValueParser<usize> {
+    clap::builder::RangedU64ValueParser::<usize>::new().range(1..)
 }
 
 #[derive(Args)]
@@ -188,8 +223,8 @@ struct BenchEchoArgs {
     /// A short smoke run (CI).
     #[arg(long)]
     quick: bool,
-    /// Alternating guest/native rounds to pool.
-    #[arg(long, default_value_t = 3)]
+    /// Alternating guest/native rounds to pool (at least 1).
+    #[arg(long, default_value_t = 3, value_parser = at_least_one_usize())]
     rounds: usize,
     /// Use this echo server instead of the embedded one.
     #[arg(long)]
@@ -205,12 +240,30 @@ struct BenchQuicArgs {
     #[arg(long)]
     quick: bool,
     /// Initial datagram size (MTU), bytes: 1200 (QUIC's minimum) up to 16383.
-    #[arg(long, default_value_t = tether_quic::DEFAULT_MTU)]
+    #[arg(long, default_value_t = tether_quic::DEFAULT_MTU, value_parser = mtu_range())]
     mtu: u16,
-    /// Largest datagram size path MTU discovery may reach, bytes (up to
-    /// 16383); equal to --mtu turns discovery off.
-    #[arg(long, default_value_t = tether_quic::MAX_MTU)]
+    /// Largest datagram size path MTU discovery may reach, bytes (1200 up
+    /// to 16383); equal to --mtu turns discovery off.
+    #[arg(long, default_value_t = tether_quic::MAX_MTU, value_parser = mtu_range())]
     max_mtu: u16,
+}
+
+/// `println!` that never panics: a closed stdout (`| head`) drops the
+/// output instead of killing the process mid-run.
+macro_rules! outln {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stdout(), $($arg)*);
+    }};
+}
+
+/// `eprintln!` that never panics: a closed stderr (a log reader that went
+/// away) must not take a running tunnel down.
+macro_rules! errln {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr(), $($arg)*);
+    }};
 }
 
 fn main() -> ExitCode {
@@ -220,6 +273,7 @@ fn main() -> ExitCode {
                 .unwrap_or_else(|_| "warn".into()),
         )
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     let cli = Cli::parse();
     // One thread: a guest and its sockets' tasks wake each other without
@@ -239,7 +293,7 @@ fn main() -> ExitCode {
     }) {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("tether: {e:#}");
+            errln!("tether: {e:#}");
             ExitCode::FAILURE
         }
     }
@@ -250,7 +304,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Run(args) => {
             let wasm = std::fs::read(&args.guest)
                 .with_context(|| format!("reading {}", args.guest.display()))?;
-            let runner = Runner::new(args.host.config(), args.host.engine()?)?;
+            let runner = Runner::new(args.host.config(), args.host.engine())?;
             let component = runner
                 .compile(&wasm)
                 .with_context(|| format!("compiling {}", args.guest.display()))?;
@@ -272,10 +326,10 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         }
         Command::Demo(args) => {
             let (server, url) = server_and_url(args.url)?;
-            println!(
+            outln!(
                 "Tether demo: echo guest (WebAssembly, through the host) vs native tokio-tungstenite client"
             );
-            println!(
+            outln!(
                 "server: {url}{}",
                 if server.is_some() {
                     " (embedded tokio-tungstenite echo server)"
@@ -284,8 +338,8 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 }
             );
             let report = compare(&url, &Workload::demo(), 1).await?;
-            println!("\n{}", report.table());
-            println!(
+            outln!("\n{}", report.table());
+            outln!(
                 "guest/native round-trip ratio p50: {:.2}x (target: at most 1.3x)",
                 report.ratio_p50
             );
@@ -302,12 +356,10 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             };
             let report = tokio::task::spawn_blocking(move || jb::run(&opts)).await??;
             if args.json {
-                println!("{}", serde_json::to_string(&report)?);
+                outln!("{}", serde_json::to_string(&report)?);
             } else {
-                println!(
-                    "tether bench jmux: two JMUX guests over a ws:// loopback pipe vs direct\n"
-                );
-                println!("{}", report.table());
+                outln!("tether bench jmux: two JMUX guests over a ws:// loopback pipe vs direct\n");
+                outln!("{}", report.table());
             }
             Ok(ExitCode::SUCCESS)
         }
@@ -320,9 +372,9 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             };
             let report = quic::run(&workload, args.mtu, args.max_mtu).await?;
             if args.json {
-                println!("{}", serde_json::to_string(&report)?);
+                outln!("{}", serde_json::to_string(&report)?);
             } else {
-                println!(
+                outln!(
                     "tether bench quic: QUIC over WebSocket message streams, one datagram per message ({} bytes first, up to {} by path MTU discovery)\n\
                      per pairing: {} handshakes, {} round trips of {} B, {} MiB bulk echo\n",
                     args.mtu,
@@ -332,7 +384,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                     workload.rtt.1,
                     workload.bulk_bytes >> 20
                 );
-                println!("{}", report.table());
+                outln!("{}", report.table());
             }
             quic::check_guard(&report)?;
             Ok(ExitCode::SUCCESS)
@@ -346,13 +398,14 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             };
             let report = compare(&url, &workload, args.rounds).await?;
             if args.json {
-                println!("{}", serde_json::to_string(&report)?);
+                outln!("{}", serde_json::to_string(&report)?);
             } else {
-                println!(
+                outln!(
                     "tether bench echo: {url}, {} rounds, {} round trips each side\n",
-                    args.rounds, report.rtt_samples
+                    args.rounds,
+                    report.rtt_samples
                 );
-                println!("{}", report.table());
+                outln!("{}", report.table());
             }
             drop(server);
             Ok(ExitCode::SUCCESS)
@@ -404,7 +457,7 @@ async fn jmux(mut args: JmuxArgs) -> anyhow::Result<ExitCode> {
         Ok(parsed) => parsed,
         Err(e) => {
             // A usage error: exit 2, as clap does for the host's own options.
-            eprintln!("tether jmux: {e:#}");
+            errln!("tether jmux: {e:#}");
             return Ok(ExitCode::from(2));
         }
     };

@@ -90,8 +90,9 @@ pub async fn dial(
         }
         let e = last.expect("at least one address was tried");
         Err(match io_error(&e) {
+            // The kind already says "refused"; name what refused.
             ErrorCode::ConnectionRefused(_) => {
-                ErrorCode::ConnectionRefused(format!("{host}:{port}: {e}"))
+                ErrorCode::ConnectionRefused(format!("{host}:{port}"))
             }
             other => other,
         })

@@ -157,6 +157,12 @@ fn ip_in_net(ip: IpAddr, net: IpAddr, prefix: u8) -> bool {
 }
 
 impl Rule {
+    /// Whether the host part is an IP, a CIDR block or `*`: the only rules
+    /// that can match a bind address (`--listen`), which is never a name.
+    pub fn is_address_rule(&self) -> bool {
+        matches!(self.host, HostPattern::Any | HostPattern::Net { .. })
+    }
+
     fn port_ok(&self, port: u16) -> bool {
         (self.ports.lo..=self.ports.hi).contains(&port)
     }

@@ -361,7 +361,7 @@ pub(crate) fn wasi_ctx(args: &[impl AsRef<str>], io: GuestIo) -> (WasiCtx, Pipes
     wasi.args(args);
     let pipes = match io {
         GuestIo::Inherit => {
-            wasi.inherit_stdout().inherit_stderr();
+            wasi.inherit_stdout().stderr(LossyStderr);
             None
         }
         GuestIo::Capture(max) => {
@@ -371,6 +371,76 @@ pub(crate) fn wasi_ctx(args: &[impl AsRef<str>], io: GuestIo) -> (WasiCtx, Pipes
         }
     };
     (wasi.build(), pipes)
+}
+
+/// The host's stderr for a guest, best effort: a write that fails (stderr
+/// closed, a full disk, a log reader that went away) is dropped and
+/// reported to the guest as done. A guest's log line must never end it:
+/// Rust's `eprintln!` panics when the write fails, which took whole JMUX
+/// tunnels down. Stdout stays strict, since it carries a guest's results.
+struct LossyStderr;
+
+impl wasmtime_wasi::cli::IsTerminal for LossyStderr {
+    fn is_terminal(&self) -> bool {
+        std::io::IsTerminal::is_terminal(&std::io::stderr())
+    }
+}
+
+impl wasmtime_wasi::cli::StdoutStream for LossyStderr {
+    fn p2_stream(&self) -> Box<dyn wasmtime_wasi::p2::OutputStream> {
+        Box::new(LossyStderr)
+    }
+
+    fn async_stream(&self) -> Box<dyn tokio::io::AsyncWrite + Send + Sync> {
+        Box::new(LossyStderr)
+    }
+}
+
+impl wasmtime_wasi::p2::OutputStream for LossyStderr {
+    fn write(&mut self, bytes: bytes::Bytes) -> wasmtime_wasi::p2::StreamResult<()> {
+        let _ = std::io::Write::write_all(&mut std::io::stderr(), &bytes);
+        Ok(())
+    }
+
+    fn flush(&mut self) -> wasmtime_wasi::p2::StreamResult<()> {
+        let _ = std::io::Write::flush(&mut std::io::stderr());
+        Ok(())
+    }
+
+    fn check_write(&mut self) -> wasmtime_wasi::p2::StreamResult<usize> {
+        Ok(64 * 1024)
+    }
+}
+
+#[async_trait::async_trait]
+impl wasmtime_wasi::p2::Pollable for LossyStderr {
+    async fn ready(&mut self) {}
+}
+
+impl tokio::io::AsyncWrite for LossyStderr {
+    fn poll_write(
+        self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        let _ = std::io::Write::write_all(&mut std::io::stderr(), buf);
+        std::task::Poll::Ready(Ok(buf.len()))
+    }
+
+    fn poll_flush(
+        self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        let _ = std::io::Write::flush(&mut std::io::stderr());
+        std::task::Poll::Ready(Ok(()))
+    }
+
+    fn poll_shutdown(
+        self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::task::Poll::Ready(Ok(()))
+    }
 }
 
 /// The run's [`Outcome`] once its store is gone.

@@ -520,14 +520,20 @@ impl wit::HostByteListener for TetherCtxView<'_> {
         this: Resource<ByteListener>,
     ) -> wasmtime::Result<Result<Option<WitConnection>, ErrorCode>> {
         let listener = self.table.get(&this)?;
-        let Some(tcp) = listener.shared.lock().ready.pop_front() else {
-            return Ok(Ok(None));
-        };
-        listener.shared.room.wake();
         let ctx = listener.ctx.clone();
-        match open(tcp, &ctx) {
-            Ok(conn) => Ok(Ok(Some(push_connection(self.table, conn)?))),
-            Err(e) => Ok(Err(e)),
+        loop {
+            let listener = self.table.get(&this)?;
+            let Some(tcp) = listener.shared.lock().ready.pop_front() else {
+                return Ok(Ok(None));
+            };
+            listener.shared.room.wake();
+            match open(tcp, &ctx) {
+                Ok(conn) => return Ok(Ok(Some(push_connection(self.table, conn)?))),
+                // The client reset the connection while it waited in the
+                // backlog (no peer address any more): it is gone, nothing
+                // for the guest to handle; try the next one.
+                Err(e) => tracing::debug!("accepted connection already gone: {e:?}"),
+            }
         }
     }
 

@@ -178,7 +178,9 @@ impl MessageStream {
             stats: host.stats.clone(),
             state: Mutex::new(State::default()),
             max_message: limits.max_message_bytes,
-            inbound_limit: limits.inbound_buffer_bytes,
+            // At least 1, so an empty buffer always takes one message (0
+            // would never read the socket).
+            inbound_limit: limits.inbound_buffer_bytes.max(1),
             outbound_limit: limits.outbound_buffer_bytes,
             close_timeout: limits.handshake_timeout,
             readable: Signal::default(),

@@ -112,6 +112,17 @@ fn run(args: ProxyArgs) -> Result<(), String> {
     end
 }
 
+/// Why `target` could not be opened, naming it once (the host's message
+/// usually names it already).
+fn why_not(target: &str, e: &ErrorCode) -> String {
+    let text = sdk::describe(e);
+    if text.contains(target) {
+        text
+    } else {
+        format!("{target}: {text}")
+    }
+}
+
 /// A TCP connection with its pollables (declared first: dropped first).
 struct Conn {
     rx: Pollable,
@@ -579,8 +590,7 @@ impl Proxy {
                 done: false,
             }),
             Err(e) => {
-                let why = format!("{target}: {}", sdk::describe(&e));
-                self.reject(id, reason_for(&e), &why);
+                self.reject(id, reason_for(&e), &why_not(&target, &e));
             }
         }
     }
@@ -603,8 +613,7 @@ impl Proxy {
                     }
                 }
                 Err(e) => {
-                    let why = format!("{target}: {}", sdk::describe(&e));
-                    self.reject(id, reason_for(&e), &why);
+                    self.reject(id, reason_for(&e), &why_not(&target, &e));
                 }
             }
         }

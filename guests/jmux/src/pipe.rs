@@ -10,6 +10,10 @@ use tether_jmux::proxy::cli::PipeSpec;
 /// Largest read from a TCP pipe, bytes.
 const TCP_READ: u64 = 64 * 1024;
 
+/// Close code of a connection that ended without a close frame (RFC 6455
+/// section 7.4.1).
+const ABNORMAL_CLOSURE: u16 = 1006;
+
 /// An established pipe. Pollables are declared before the streams they
 /// watch so they are dropped first.
 pub enum Pipe {
@@ -151,7 +155,16 @@ impl Pipe {
                     t.len()
                 )),
                 Ok(None) => Ok(Read::Empty),
-                Err(ErrorCode::Closed) => Ok(Read::Closed),
+                // A close frame ends the session normally; a connection that
+                // just ends (1006: the peer process died, the network
+                // dropped) loses whatever was in flight.
+                Err(ErrorCode::Closed) => match stream.close_info() {
+                    Some(info) if info.code == ABNORMAL_CLOSURE => Err(
+                        "pipe lost: the peer's connection ended without a WebSocket close frame"
+                            .into(),
+                    ),
+                    _ => Ok(Read::Closed),
+                },
                 Err(e) => Err(format!("pipe: {}", sdk::describe(&e))),
             },
             Pipe::Tcp { conn, .. } => match conn.input.read(TCP_READ) {

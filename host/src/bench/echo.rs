@@ -357,10 +357,10 @@ impl Report {
     /// The human-readable table.
     pub fn table(&self) -> String {
         let row = |name: &str, g: f64, n: f64, unit: &str| {
-            format!("{name:<34} {g:>12.1} {n:>12.1}   {:>6.2}x  {unit}\n", g / n)
+            format!("{name:<36} {g:>12.1} {n:>12.1}   {:>6.2}x  {unit}\n", g / n)
         };
         let mut t = format!(
-            "{:<34} {:>12} {:>12}   {:>7}\n",
+            "{:<36} {:>12} {:>12}   {:>7}\n",
             "", "guest", "native", "ratio"
         );
         t += &row(

@@ -31,10 +31,12 @@ pub enum Socks5Error {
     /// BIND (2) or UDP ASSOCIATE (3), or an unknown command.
     #[error("SOCKS5 command {0} is not supported (only CONNECT)")]
     CommandNotSupported(u8),
-    /// An address type other than 1 (IPv4), 3 (name), 4 (IPv6), or a name
-    /// that is empty or not UTF-8.
+    /// An address type other than 1 (IPv4), 3 (name), 4 (IPv6).
     #[error("SOCKS5 address type {0} is not supported")]
     AddressTypeNotSupported(u8),
+    /// A domain name (address type 3) that is empty or not UTF-8.
+    #[error("SOCKS5 domain name is empty or not UTF-8")]
+    BadDomainName,
     /// A reserved byte is not 0.
     #[error("malformed SOCKS5 request")]
     Malformed,
@@ -47,7 +49,9 @@ impl Socks5Error {
             Socks5Error::BadVersion(_) => None,
             Socks5Error::NoAcceptableMethod => Some(vec![5, 0xFF]),
             Socks5Error::CommandNotSupported(_) => Some(reply_code(7).to_vec()),
-            Socks5Error::AddressTypeNotSupported(_) => Some(reply_code(8).to_vec()),
+            Socks5Error::AddressTypeNotSupported(_) | Socks5Error::BadDomainName => {
+                Some(reply_code(8).to_vec())
+            }
             Socks5Error::Malformed => Some(reply_code(1).to_vec()),
         }
     }
@@ -151,7 +155,7 @@ impl Socks5Handshake {
                             .to_string(),
                         _ => match std::str::from_utf8(&addr[1..]) {
                             Ok(name) if !name.is_empty() => name.to_owned(),
-                            _ => return Err(Socks5Error::AddressTypeNotSupported(3)),
+                            _ => return Err(Socks5Error::BadDomainName),
                         },
                     };
                     let port = u16::from_be_bytes([self.buf[end - 2], self.buf[end - 1]]);
@@ -248,6 +252,12 @@ mod tests {
         let e = Socks5Handshake::new()
             .feed(&[5, 1, 0, 5, 1, 0, 9, 0, 0], &mut Vec::new())
             .unwrap_err();
+        assert_eq!(e.reply().unwrap()[1], 8);
+        // An empty domain name (address type 3, length 0).
+        let e = Socks5Handshake::new()
+            .feed(&[5, 1, 0, 5, 1, 0, 3, 0, 0, 80], &mut Vec::new())
+            .unwrap_err();
+        assert_eq!(e, Socks5Error::BadDomainName);
         assert_eq!(e.reply().unwrap()[1], 8);
         let e = Socks5Handshake::new()
             .feed(&[4, 1, 0, 80], &mut Vec::new())
