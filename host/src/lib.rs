@@ -118,12 +118,37 @@ impl HostCtx {
 /// Per-guest Tether state, kept in the store's data.
 pub struct TetherCtx {
     pub(crate) host: Arc<HostCtx>,
+    /// The message streams handed to this guest (weak: the guest owns
+    /// them), so that [`TetherCtx::fail_streams`] can reach them.
+    streams: Vec<websocket::StreamHandle>,
 }
 
 impl TetherCtx {
     /// A guest context under the shared host context.
     pub fn new(host: Arc<HostCtx>) -> TetherCtx {
-        TetherCtx { host }
+        TetherCtx {
+            host,
+            streams: Vec::new(),
+        }
+    }
+
+    /// Remembers a stream handed to the guest; forgets dropped ones now and
+    /// then, so a guest that accepts streams for days holds no growing list.
+    pub(crate) fn track(&mut self, stream: websocket::StreamHandle) {
+        if self.streams.len() >= 64 && self.streams.len().is_power_of_two() {
+            self.streams.retain(websocket::StreamHandle::is_alive);
+        }
+        self.streams.push(stream);
+    }
+
+    /// Closes every message stream the guest still holds with 1011 and
+    /// `reason` (after what they have queued), so peers learn that the guest
+    /// failed instead of seeing a normal close. Call it when the guest
+    /// trapped or exited with an error, before its store drops.
+    pub fn fail_streams(&mut self, reason: &str) {
+        for stream in self.streams.drain(..) {
+            stream.close_failed(reason);
+        }
     }
 }
 

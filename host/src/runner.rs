@@ -313,6 +313,7 @@ impl Runner {
             }
         }
         .await;
+        fail_streams_on_error(&mut store.data_mut().tether, &result);
         drop(store);
         outcome(result, pipes, started)
     }
@@ -440,6 +441,16 @@ impl tokio::io::AsyncWrite for LossyStderr {
         _: &mut std::task::Context<'_>,
     ) -> std::task::Poll<std::io::Result<()>> {
         std::task::Poll::Ready(Ok(()))
+    }
+}
+
+/// When a run failed (a trap, a runaway, the memory limit, a non-zero
+/// exit), closes the guest's remaining message streams with 1011 naming
+/// the failure, before the store drops them (which closes with 1000).
+pub(crate) fn fail_streams_on_error(tether: &mut TetherCtx, result: &Result<(), RunError>) {
+    match result {
+        Ok(()) | Err(RunError::Exit(0)) => {}
+        Err(e) => tether.fail_streams(&e.to_string()),
     }
 }
 

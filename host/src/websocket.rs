@@ -55,6 +55,9 @@ pub const CLOSE_NO_STATUS: u16 = 1005;
 pub const CLOSE_ABNORMAL: u16 = 1006;
 /// Close code for "message too big" (RFC 6455 section 7.4.1).
 pub const CLOSE_TOO_BIG: u16 = 1009;
+/// Close code for "an unexpected condition" (RFC 6455 section 7.4.1): the
+/// host closes a failed guest's streams with it.
+pub const CLOSE_INTERNAL_ERROR: u16 = 1011;
 
 /// The tungstenite configuration for a stream under `limits`: messages and
 /// frames up to `max_message_bytes`, a write buffer bounded to one maximal
@@ -322,17 +325,13 @@ impl MessageStream {
     }
 
     fn queue_close(&self, code: u16, reason: &str) {
-        let mut st = self.shared.lock();
-        if st.close_queued || st.read_end.is_some() {
-            return;
-        }
-        st.close_queued = true;
-        st.outbound.push_back(WsMessage::Close(Some(CloseFrame {
-            code: code.into(),
-            reason: reason.to_string().into(),
-        })));
-        drop(st);
-        self.shared.outbound_work.wake();
+        self.shared.queue_close(code, reason);
+    }
+
+    /// A handle that outlives the guest's resource, for the host to close
+    /// the stream when the guest fails.
+    pub(crate) fn handle(&self) -> StreamHandle {
+        StreamHandle(Arc::downgrade(&self.shared))
     }
 
     /// The close frame that ended the stream, once it has ended.
@@ -378,6 +377,48 @@ impl MessageStream {
     pub fn buffered(&self) -> (usize, usize) {
         let st = self.shared.lock();
         (st.inbound_bytes, st.outbound_bytes)
+    }
+}
+
+/// A weak handle to a message stream handed to a guest (see
+/// [`crate::TetherCtx`]): lets the host close the guest's streams with 1011
+/// when the guest traps or exits with an error, before its resources drop
+/// (which would close them with 1000, as if all went well).
+pub(crate) struct StreamHandle(std::sync::Weak<Shared>);
+
+impl StreamHandle {
+    /// Whether the stream still exists.
+    pub(crate) fn is_alive(&self) -> bool {
+        self.0.strong_count() > 0
+    }
+
+    /// Queues a close frame with 1011 (RFC 6455 section 7.4.1: "an
+    /// unexpected condition") and `reason` (cut to 123 bytes) after what
+    /// is queued, unless a close is already queued or the stream ended.
+    pub(crate) fn close_failed(&self, reason: &str) {
+        if let Some(shared) = self.0.upgrade() {
+            let mut end = reason.len().min(123);
+            while !reason.is_char_boundary(end) {
+                end -= 1;
+            }
+            shared.queue_close(CLOSE_INTERNAL_ERROR, &reason[..end]);
+        }
+    }
+}
+
+impl Shared {
+    fn queue_close(&self, code: u16, reason: &str) {
+        let mut st = self.lock();
+        if st.close_queued || st.read_end.is_some() {
+            return;
+        }
+        st.close_queued = true;
+        st.outbound.push_back(WsMessage::Close(Some(CloseFrame {
+            code: code.into(),
+            reason: reason.to_string().into(),
+        })));
+        drop(st);
+        self.outbound_work.wake();
     }
 }
 
@@ -1091,7 +1132,10 @@ impl wit::HostFutureMessageStream for TetherCtxView<'_> {
     ) -> wasmtime::Result<Option<Result<Resource<MessageStream>, ErrorCode>>> {
         match self.table.get_mut(&this)?.take() {
             None => Ok(None),
-            Some(Ok(stream)) => Ok(Some(Ok(self.table.push(stream)?))),
+            Some(Ok(stream)) => {
+                self.ctx.track(stream.handle());
+                Ok(Some(Ok(self.table.push(stream)?)))
+            }
             Some(Err(e)) => Ok(Some(Err(e))),
         }
     }
@@ -1112,7 +1156,10 @@ impl wit::HostListener for TetherCtxView<'_> {
         this: Resource<Listener>,
     ) -> wasmtime::Result<Result<Option<Resource<MessageStream>>, ErrorCode>> {
         match self.table.get(&this)?.accept() {
-            Some(stream) => Ok(Ok(Some(self.table.push(stream)?))),
+            Some(stream) => {
+                self.ctx.track(stream.handle());
+                Ok(Ok(Some(self.table.push(stream)?)))
+            }
             None => Ok(Ok(None)),
         }
     }

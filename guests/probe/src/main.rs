@@ -12,7 +12,7 @@
 //! probe tcp-serve ADDR                 accept one connection, echo until EOF, half-close
 //! probe tcp-connect HOST:PORT          connect and report
 //! probe listen ADDR                    bind a WebSocket listener and report
-//! probe spin                           loop forever (runaway guest)
+//! probe spin [URL]                     (connect to URL, then) loop forever (runaway guest)
 //! probe alloc MIB                      allocate MIB mebibytes
 //! ```
 
@@ -42,7 +42,7 @@ fn main() -> ExitCode {
             },
         )
         .map(|l| println!("ok listening {}", l.local_address())),
-        "spin" => spin(),
+        "spin" => spin(arg(2)),
         "alloc" => alloc(num(2)),
         other => {
             eprintln!("probe: unknown command `{other}`");
@@ -210,7 +210,15 @@ fn tcp_serve(address: &str) -> Result<(), ErrorCode> {
     Ok(())
 }
 
-fn spin() -> Result<(), ErrorCode> {
+fn spin(url: &str) -> Result<(), ErrorCode> {
+    // Held (never closed) while spinning: the host must close it.
+    let _stream = if url.is_empty() {
+        None
+    } else {
+        let stream = sdk::connect(url, &[])?;
+        println!("ok connected");
+        Some(stream)
+    };
     let mut x = 0u64;
     loop {
         x = std::hint::black_box(x.wrapping_add(1));

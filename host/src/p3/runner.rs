@@ -10,7 +10,8 @@ use wasmtime::{CallHook, Config as EngineConfig, Engine, Store, StoreLimits, Sto
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
 use crate::runner::{
-    GuestIo, Outcome, RunError, Runaway, classify_trap, outcome, precompile_cached, wasi_ctx,
+    GuestIo, Outcome, RunError, Runaway, classify_trap, fail_streams_on_error, outcome,
+    precompile_cached, wasi_ctx,
 };
 use crate::{Config, HostCtx, TetherCtx, TetherCtxView, TetherView};
 
@@ -152,6 +153,7 @@ impl Runner {
             }
         }
         .await;
+        fail_streams_on_error(&mut store.data_mut().tether, &result);
         drop(store);
         outcome(result, pipes, started)
     }

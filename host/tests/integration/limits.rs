@@ -38,6 +38,50 @@ async fn runaway_guest_is_stopped_while_others_keep_running() {
     );
 }
 
+/// A guest that fails while holding a message stream: the host closes the
+/// stream with 1011 naming the failure, not with 1000 as if all went well.
+#[tokio::test(flavor = "current_thread")]
+async fn a_failed_guests_streams_close_with_1011() {
+    let mut config = local_config();
+    config.limits.max_run_without_yield = Duration::from_millis(200);
+    let runner = runner(config);
+    let (tx, rx) = std::sync::mpsc::channel();
+    let tx = std::sync::Mutex::new(tx);
+    let addr = ws_server(move |mut ws| {
+        let tx = tx.lock().unwrap().clone();
+        async move {
+            use futures_util::StreamExt;
+            while let Some(msg) = ws.next().await {
+                if let Ok(tokio_tungstenite::tungstenite::Message::Close(frame)) = msg {
+                    let _ = tx.send(frame.map(|f| (u16::from(f.code), f.reason.to_string())));
+                    return;
+                }
+            }
+            let _ = tx.send(None);
+        }
+    });
+    let out = probe(&runner, &["spin", &format!("ws://{addr}/")]).await;
+    assert!(
+        matches!(out.result, Err(RunError::Runaway(_))),
+        "{}",
+        show(&out)
+    );
+    // Wait without blocking this thread: the stream's writer task runs on it.
+    let t0 = Instant::now();
+    let frame = loop {
+        match rx.try_recv() {
+            Ok(frame) => break frame,
+            Err(_) if t0.elapsed() < Duration::from_secs(5) => {
+                tokio::time::sleep(Duration::from_millis(10)).await
+            }
+            Err(e) => panic!("no close frame within 5 s: {e}"),
+        }
+    };
+    let (code, reason) = frame.expect("the connection ended without a close frame");
+    assert_eq!(code, 1011, "{reason}");
+    assert!(reason.contains("without returning to the host"), "{reason}");
+}
+
 #[tokio::test(flavor = "current_thread")]
 async fn memory_limit_stops_the_guest_with_a_clear_error() {
     let mut config = local_config();
