@@ -10,8 +10,7 @@
 //!   figure) and the CPU seconds per GB the tunnel costs: process CPU
 //!   (getrusage) minus the load generator's and the sink's own threads;
 //! - the round trip the tunnel adds to a 64-byte request/response (p50 and
-//!   p99 of tunnel minus direct, in us), the two paths alternating round
-//!   by round.
+//!   p99 of tunnel minus direct, in us).
 //!
 //! Every upload is checked byte for byte by the server.
 
@@ -290,10 +289,10 @@ pub fn run(opts: &Options) -> anyhow::Result<Report> {
         )?);
     }
 
-    // Round trips, alternating direct and tunnelled round by round.
+    // Round trips.
     let warmup = opts.round_trips / 10 + 10;
-    let mut rtts = peers::round_trips(&[echo, via(ports[2])], warmup, opts.round_trips, 64)?;
-    let (mut direct, mut tunneled) = (rtts.remove(0), rtts.remove(0));
+    let mut direct = peers::round_trips(echo, warmup, opts.round_trips, 64)?;
+    let mut tunneled = peers::round_trips(via(ports[2]), warmup, opts.round_trips, 64)?;
 
     // Bulk: a warm-up through the tunnel, then direct, then measured.
     bulk(via(ports[3]), &sink_rx, (16 << 20).min(opts.bulk_bytes))?;

@@ -396,42 +396,31 @@ pub fn generate(addr: SocketAddr, total: u64) -> anyhow::Result<Duration> {
     Ok(thread_cpu() - cpu0)
 }
 
-/// `n` one-at-a-time round trips of `size` bytes against each echo server
-/// in `addrs`, after `warmup` unrecorded ones, alternating between the
-/// servers round by round so that every path sees the same machine state
-/// (on a VM, the cost of waking an idle CPU drifts from second to second).
-/// Samples in ns, one vector per address.
+/// `n` one-at-a-time round trips of `size` bytes against an echo server at
+/// `addr`, after `warmup` unrecorded ones. Samples in ns.
 ///
-/// Errors: connect, write or read failed, or an echo came back changed.
+/// Errors: connect, write or read failed.
 pub fn round_trips(
-    addrs: &[SocketAddr],
+    addr: SocketAddr,
     warmup: usize,
     n: usize,
     size: usize,
-) -> anyhow::Result<Vec<Vec<u64>>> {
-    let mut conns = addrs
-        .iter()
-        .map(|addr| {
-            let tcp = TcpStream::connect(addr)?;
-            tcp.set_nodelay(true)?;
-            Ok(tcp)
-        })
-        .collect::<anyhow::Result<Vec<_>>>()?;
+) -> anyhow::Result<Vec<u64>> {
+    let mut tcp = TcpStream::connect(addr)?;
+    tcp.set_nodelay(true)?;
     let msg = payload(size, 3);
     let mut back = vec![0u8; size];
-    let mut samples = vec![Vec::with_capacity(n); addrs.len()];
+    let mut samples = Vec::with_capacity(n);
     for i in 0..warmup + n {
-        for (tcp, samples) in conns.iter_mut().zip(&mut samples) {
-            let t0 = Instant::now();
-            tcp.write_all(&msg)?;
-            tcp.read_exact(&mut back)?;
-            if i >= warmup {
-                samples.push(t0.elapsed().as_nanos() as u64);
-            }
-            if back != msg {
-                bail!("echo mismatch");
-            }
+        let t0 = Instant::now();
+        tcp.write_all(&msg)?;
+        tcp.read_exact(&mut back)?;
+        if i >= warmup {
+            samples.push(t0.elapsed().as_nanos() as u64);
         }
+    }
+    if back != msg {
+        bail!("echo mismatch");
     }
     Ok(samples)
 }
