@@ -387,7 +387,7 @@ fn stalled_reader_stops_only_its_channel_and_memory_stays_bounded() {
         "channel B crawled at {mb_s:.1} MB/s next to a stalled channel"
     );
     // Kernel socket buffers on both ends plus the host's 256 KiB TCP buffer
-    // and the 256 KiB JMUX window: a few MiB, never the whole stream.
+    // and the 1 MiB JMUX window: a few MiB, never the whole stream.
     assert!(
         a_written < 32 << 20,
         "stalled channel absorbed {a_written} bytes"
@@ -597,7 +597,8 @@ fn every_open_gets_an_answer_with_the_spec_reason_code() {
         // All in one WebSocket message, so the guest cannot consume (and
         // re-grant) in between.
         let mut burst = Vec::new();
-        for _ in 0..6 {
+        let window = tether_jmux::session::Config::default().initial_window as usize;
+        for _ in 0..window / 60_000 + 2 {
             Message::Data {
                 recipient_channel_id: remote,
                 payload: bytes::Bytes::from(vec![0u8; 60_000]),

@@ -199,7 +199,7 @@ fn incoming_open_accept_and_reject() {
             Message::OpenSuccess {
                 recipient_channel_id: 7,
                 sender_channel_id: 0,
-                initial_window_size: 256 * 1024,
+                initial_window_size: Config::default().initial_window,
                 maximum_packet_size: 4096,
             },
         ]
@@ -288,6 +288,7 @@ fn data_right_after_open_success_is_buffered() {
 fn window_adjust_after_more_than_4k_consumed() {
     let mut h = Harness::new(Config {
         initial_window: 64 * 1024,
+        window_adjust_threshold: 4096,
         ..Config::default()
     });
     let id = h.open_ok(5, 1 << 20, 4096);
