@@ -144,11 +144,14 @@ impl TetherCtx {
     /// Closes every message stream the guest still holds with 1011 and
     /// `reason` (after what they have queued), so peers learn that the guest
     /// failed instead of seeing a normal close. Call it when the guest
-    /// trapped or exited with an error, before its store drops.
-    pub fn fail_streams(&mut self, reason: &str) {
-        for stream in self.streams.drain(..) {
+    /// trapped or exited with an error, before its store drops. Returns the
+    /// streams, to wait for their close frames.
+    pub(crate) fn fail_streams(&mut self, reason: &str) -> Vec<websocket::StreamHandle> {
+        let streams: Vec<_> = self.streams.drain(..).filter(|s| s.is_alive()).collect();
+        for stream in &streams {
             stream.close_failed(reason);
         }
+        streams
     }
 }
 

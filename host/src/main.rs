@@ -73,17 +73,17 @@ struct HostArgs {
     /// The engine that runs the guest.
     #[arg(long, value_enum, default_value_t = Engine::Wasmtime)]
     engine: Engine,
-    /// Guest linear memory limit, MiB (at least 1).
-    #[arg(long, default_value_t = 256, value_parser = at_least_one_usize())]
+    /// Guest linear memory limit, MiB (1 to 1048576).
+    #[arg(long, default_value_t = 256, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=1 << 20))]
     max_memory_mib: usize,
-    /// Largest WebSocket message, bytes (at least 1).
-    #[arg(long, default_value_t = Limits::default().max_message_bytes, value_parser = at_least_one_usize())]
+    /// Largest WebSocket message, bytes (1 to 2^40).
+    #[arg(long, default_value_t = Limits::default().max_message_bytes, value_parser = byte_size())]
     max_message_bytes: usize,
-    /// Inbound buffer per message stream, bytes (at least 1).
-    #[arg(long, default_value_t = Limits::default().inbound_buffer_bytes, value_parser = at_least_one_usize())]
+    /// Inbound buffer per message stream, bytes (1 to 2^40).
+    #[arg(long, default_value_t = Limits::default().inbound_buffer_bytes, value_parser = byte_size())]
     inbound_buffer_bytes: usize,
-    /// Outbound buffer per message stream, bytes (at least 1).
-    #[arg(long, default_value_t = Limits::default().outbound_buffer_bytes, value_parser = at_least_one_usize())]
+    /// Outbound buffer per message stream, bytes (1 to 2^40).
+    #[arg(long, default_value_t = Limits::default().outbound_buffer_bytes, value_parser = byte_size())]
     outbound_buffer_bytes: usize,
     /// Connect deadline (DNS + TCP), ms (at least 1).
     #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..))]
@@ -158,6 +158,12 @@ fn listen_rule(text: &str) -> Result<Rule, String> {
         ));
     }
     Ok(rule)
+}
+
+/// A size in bytes: at least 1, at most 2^40 (so that sums with it cannot
+/// overflow).
+fn byte_size() -> clap::builder::RangedU64ValueParser<usize> {
+    clap::builder::RangedU64ValueParser::<usize>::new().range(1..=1 << 40)
 }
 
 /// A `usize` option that must be at least 1.

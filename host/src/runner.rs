@@ -313,7 +313,7 @@ impl Runner {
             }
         }
         .await;
-        fail_streams_on_error(&mut store.data_mut().tether, &result);
+        fail_streams_on_error(&mut store.data_mut().tether, &result).await;
         drop(store);
         outcome(result, pipes, started)
     }
@@ -447,12 +447,32 @@ impl tokio::io::AsyncWrite for LossyStderr {
 /// When a run failed (a trap, a runaway, the memory limit, a non-zero
 /// exit), closes the guest's remaining message streams with 1011 naming
 /// the failure, before the store drops them (which closes with 1000).
-pub(crate) fn fail_streams_on_error(tether: &mut TetherCtx, result: &Result<(), RunError>) {
-    match result {
-        Ok(()) | Err(RunError::Exit(0)) => {}
-        Err(e) => tether.fail_streams(&e.to_string()),
-    }
+///
+/// The reason is a fixed phrase per kind of failure: the details (trap
+/// text, backtraces) stay in the host's [`Outcome`], never on the wire.
+/// Waits (at most [`CLOSE_FLUSH_WAIT`]) for the close frames to be written,
+/// so that a process that exits right after the run still sends them.
+pub(crate) async fn fail_streams_on_error(tether: &mut TetherCtx, result: &Result<(), RunError>) {
+    let reason = match result {
+        Ok(()) | Err(RunError::Exit(0)) => return,
+        Err(RunError::Exit(_)) => "guest exited with an error",
+        Err(RunError::Instantiate(_)) => "guest failed to start",
+        Err(RunError::Runaway(_)) => "guest stopped: ran too long without yielding",
+        Err(RunError::MemoryLimit(_)) => "guest stopped: memory limit",
+        Err(RunError::Trap(_)) => "guest trapped",
+    };
+    let streams = tether.fail_streams(reason);
+    let flushed = async {
+        for stream in &streams {
+            stream.close_sent().await;
+        }
+    };
+    let _ = tokio::time::timeout(CLOSE_FLUSH_WAIT, flushed).await;
 }
+
+/// How long a failed run waits for its streams' 1011 close frames to be
+/// written before the store drops.
+pub const CLOSE_FLUSH_WAIT: Duration = Duration::from_millis(500);
 
 /// The run's [`Outcome`] once its store is gone.
 pub(crate) fn outcome(result: Result<(), RunError>, pipes: Pipes, started: Instant) -> Outcome {

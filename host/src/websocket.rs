@@ -88,6 +88,8 @@ struct State {
     close_info: Option<CloseInfo>,
     /// tungstenite holds bytes the writer task still has to flush.
     flush_pending: bool,
+    /// The close frame was written and flushed to the socket.
+    close_sent: bool,
     /// A send since the writer task last ran went straight to the socket.
     /// Further sends queue up until the guest yields, so a burst becomes
     /// one flush (write everything queued, flush on drain).
@@ -392,6 +394,21 @@ impl StreamHandle {
         self.0.strong_count() > 0
     }
 
+    /// Resolves once the close frame went out, the stream failed or ended,
+    /// or the stream is gone.
+    pub(crate) async fn close_sent(&self) {
+        let Some(shared) = self.0.upgrade() else {
+            return;
+        };
+        shared
+            .writable
+            .wait_until(|| {
+                let st = shared.lock();
+                st.close_sent || st.write_error.is_some() || st.read_end.is_some()
+            })
+            .await;
+    }
+
     /// Queues a close frame with 1011 (RFC 6455 section 7.4.1: "an
     /// unexpected condition") and `reason` (cut to 123 bytes) after what
     /// is queued, unless a close is already queued or the stream ended.
@@ -627,6 +644,8 @@ async fn write_loop(shared: Arc<Shared>) {
         match std::future::poll_fn(|cx| drive(&shared, cx)).await {
             Ok(Drained::Idle) => {}
             Ok(Drained::CloseSent) => {
+                shared.lock().close_sent = true;
+                shared.writable.wake();
                 // Wait for the peer's close frame, then end the connection.
                 let done = tokio::time::timeout(
                     shared.close_timeout,

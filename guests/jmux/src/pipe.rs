@@ -10,9 +10,9 @@ use tether_jmux::proxy::cli::PipeSpec;
 /// Largest read from a TCP pipe, bytes.
 const TCP_READ: u64 = 64 * 1024;
 
-/// Close code of a connection that ended without a close frame (RFC 6455
-/// section 7.4.1).
-const ABNORMAL_CLOSURE: u16 = 1006;
+/// Close codes that end a session normally (RFC 6455 section 7.4.1): 1000
+/// normal, 1001 going away, 1005 no code given.
+const NORMAL_CLOSE_CODES: [u16; 3] = [1000, 1001, 1005];
 
 /// An established pipe. Pollables are declared before the streams they
 /// watch so they are dropped first.
@@ -155,14 +155,16 @@ impl Pipe {
                     t.len()
                 )),
                 Ok(None) => Ok(Read::Empty),
-                // A close frame ends the session normally; a connection that
-                // just ends (1006: the peer process died, the network
-                // dropped) loses whatever was in flight.
+                // 1000 (or 1001 going away, or no code) ends the session
+                // normally; any other code is the peer's failure, e.g. 1011
+                // from a host whose guest trapped, or 4002 for a protocol
+                // error. (A connection that ends without a close frame is
+                // an error from the host already.)
                 Err(ErrorCode::Closed) => match stream.close_info() {
-                    Some(info) if info.code == ABNORMAL_CLOSURE => Err(
-                        "pipe lost: the peer's connection ended without a WebSocket close frame"
-                            .into(),
-                    ),
+                    Some(info) if !NORMAL_CLOSE_CODES.contains(&info.code) => Err(format!(
+                        "pipe closed by the peer with {} {}",
+                        info.code, info.reason
+                    )),
                     _ => Ok(Read::Closed),
                 },
                 Err(e) => Err(format!("pipe: {}", sdk::describe(&e))),

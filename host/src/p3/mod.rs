@@ -112,7 +112,11 @@ impl<T> wit::HostWithStore<T> for HasTetherAsync {
             headers: options.headers,
         };
         match websocket::dial(host, target, options, check).await {
-            Ok(stream) => Ok(Ok(store.with(|mut s| s.get().table.push(stream))?)),
+            Ok(stream) => Ok(Ok(store.with(|mut s| {
+                let view = s.get();
+                view.ctx.track(stream.handle());
+                view.table.push(stream)
+            })?)),
             Err(e) => Ok(Err(error(e))),
         }
     }

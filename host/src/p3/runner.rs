@@ -153,7 +153,7 @@ impl Runner {
             }
         }
         .await;
-        fail_streams_on_error(&mut store.data_mut().tether, &result);
+        fail_streams_on_error(&mut store.data_mut().tether, &result).await;
         drop(store);
         outcome(result, pipes, started)
     }

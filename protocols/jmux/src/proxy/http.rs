@@ -7,13 +7,17 @@
 //! - A plain proxy request with an absolute-form target
 //!   (`GET http://host[:port]/path HTTP/1.1`, RFC 9112 section 3.2.2): open a
 //!   channel to `host:port` (80 by default) and send the head rewritten to
-//!   origin-form (`GET /path HTTP/1.1`) without the `Proxy-Connection`,
-//!   `Proxy-Authorization`, `Connection` and `Keep-Alive` headers and with
-//!   `Connection: close` (RFC 9112 section 9.6), then relay bytes both
-//!   ways. The origin closes after its response, and so does the channel:
-//!   one request per connection, so a keep-alive client's next request,
-//!   which may name another origin, comes on a new connection and is
-//!   checked and routed on its own.
+//!   origin-form (`GET /path HTTP/1.1`) without hop-by-hop fields
+//!   (`Proxy-Connection`, `Proxy-Authorization`, `Connection`,
+//!   `Keep-Alive`, `TE` and whatever `Connection` names; RFC 9110 section
+//!   7.6.1) and with `Connection: close` (RFC 9112 section 9.6), then relay
+//!   bytes both ways. The origin closes after its response, and so does
+//!   the channel: one request per connection, so a keep-alive client's next
+//!   request, which may name another origin, comes on a new connection and
+//!   is checked and routed on its own. An upgrade request (`Connection:
+//!   upgrade` with `Upgrade`) keeps its `Upgrade` field and goes out with
+//!   `Connection: upgrade`: after the switch the connection is a tunnel to
+//!   that origin.
 //!
 //! The head is parsed with `httparse`.
 
@@ -192,14 +196,48 @@ pub fn parse_request(buf: &[u8]) -> Result<Option<(ProxyRequest, usize)>, HttpPr
     head.push(b' ');
     head.extend_from_slice(path.as_bytes());
     head.extend_from_slice(format!(" HTTP/1.{}\r\n", req.version.unwrap_or(1)).as_bytes());
+    // Hop-by-hop fields (RFC 9110 section 7.6.1): the fixed ones and every
+    // field the client's Connection header names. The body's framing
+    // (Content-Length, Transfer-Encoding) and Host always pass: the body is
+    // relayed as it is.
+    let named: Vec<String> = req
+        .headers
+        .iter()
+        .filter(|h| h.name.eq_ignore_ascii_case("connection"))
+        .flat_map(|h| {
+            String::from_utf8_lossy(h.value)
+                .split(',')
+                .map(|t| t.trim().to_ascii_lowercase())
+                .collect::<Vec<_>>()
+        })
+        .filter(|t| !t.is_empty())
+        .collect();
+    let has = |name: &str| {
+        req.headers
+            .iter()
+            .any(|h| h.name.eq_ignore_ascii_case(name))
+    };
+    // An upgrade (WebSocket, h2c) keeps its Upgrade field and turns the
+    // connection into a tunnel to this origin; anything else is one
+    // request per connection.
+    let upgrade = named.iter().any(|t| t == "upgrade") && has("upgrade");
+    let fixed = [
+        "proxy-connection",
+        "proxy-authorization",
+        "connection",
+        "keep-alive",
+        "te",
+    ];
+    let kept = ["content-length", "transfer-encoding", "host"];
     for h in req.headers.iter() {
-        let hop_by_hop = [
-            "proxy-connection",
-            "proxy-authorization",
-            "connection",
-            "keep-alive",
-        ];
-        if hop_by_hop.iter().any(|n| h.name.eq_ignore_ascii_case(n)) {
+        let name = h.name.to_ascii_lowercase();
+        let hop = if name == "upgrade" {
+            !upgrade
+        } else {
+            fixed.contains(&name.as_str())
+                || (named.contains(&name) && !kept.contains(&name.as_str()))
+        };
+        if hop {
             continue;
         }
         head.extend_from_slice(h.name.as_bytes());
@@ -207,7 +245,11 @@ pub fn parse_request(buf: &[u8]) -> Result<Option<(ProxyRequest, usize)>, HttpPr
         head.extend_from_slice(h.value);
         head.extend_from_slice(b"\r\n");
     }
-    head.extend_from_slice(b"Connection: close\r\n\r\n");
+    if upgrade {
+        head.extend_from_slice(b"Connection: upgrade\r\n\r\n");
+    } else {
+        head.extend_from_slice(b"Connection: close\r\n\r\n");
+    }
     Ok(Some((
         ProxyRequest::Forward { destination, head },
         consumed,
@@ -247,6 +289,15 @@ mod tests {
         }
     }
 
+    /// The head a plain proxy request is forwarded with.
+    fn forwarded_head(request: &[u8]) -> String {
+        let (r, _) = parse_request(request).unwrap().unwrap();
+        let ProxyRequest::Forward { head, .. } = r else {
+            panic!("not a plain proxy request")
+        };
+        String::from_utf8(head).unwrap()
+    }
+
     #[test]
     fn plain_proxy_requests_are_rewritten_to_origin_form() {
         let req = b"POST http://127.0.0.1:8080/up?x=1 HTTP/1.1\r\nHost: 127.0.0.1:8080\r\nProxy-Connection: keep-alive\r\nConnection: keep-alive\r\nKeep-Alive: timeout=5\r\nContent-Length: 4\r\n\r\nbody";
@@ -260,6 +311,20 @@ mod tests {
             "POST /up?x=1 HTTP/1.1\r\nHost: 127.0.0.1:8080\r\nContent-Length: 4\r\nConnection: close\r\n\r\n"
         );
         assert_eq!(&req[n..], b"body");
+        // Fields named by Connection and TE are hop-by-hop; framing stays.
+        assert_eq!(
+            forwarded_head(
+                b"POST http://a/ HTTP/1.1\r\nConnection: close, X-Secret\r\nX-Secret: 1\r\nTE: trailers\r\nTransfer-Encoding: chunked\r\nUpgrade: h2c\r\n\r\n"
+            ),
+            "POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n"
+        );
+        // An upgrade keeps Upgrade and asks for it.
+        assert_eq!(
+            forwarded_head(
+                b"GET http://a/ws HTTP/1.1\r\nHost: a\r\nConnection: keep-alive, Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\n\r\n"
+            ),
+            "GET /ws HTTP/1.1\r\nHost: a\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\nConnection: upgrade\r\n\r\n"
+        );
         let (r, _) = parse_request(b"GET http://u@example.com HTTP/1.0\r\n\r\n")
             .unwrap()
             .unwrap();
