@@ -146,7 +146,7 @@ impl TetherCtx {
     /// failed instead of seeing a normal close. Call it when the guest
     /// trapped or exited with an error, before its store drops. Returns the
     /// streams, to wait for their close frames.
-    pub(crate) fn fail_streams(&mut self, reason: &str) -> Vec<websocket::StreamHandle> {
+    pub(crate) fn fail_streams(&mut self, reason: &'static str) -> Vec<websocket::StreamHandle> {
         let streams: Vec<_> = self.streams.drain(..).filter(|s| s.is_alive()).collect();
         for stream in &streams {
             stream.close_failed(reason);

@@ -121,6 +121,22 @@ struct Shared {
 type DynSink = Pin<Box<dyn Sink<WsMessage, Error = tungstenite::Error> + Send>>;
 
 impl Shared {
+    /// Queues a close frame after every queued message, unless a close is
+    /// queued already or the stream ended.
+    fn queue_close(&self, code: u16, reason: &str) {
+        let mut st = self.lock();
+        if st.close_queued || st.read_end.is_some() {
+            return;
+        }
+        st.close_queued = true;
+        st.outbound.push_back(WsMessage::Close(Some(CloseFrame {
+            code: code.into(),
+            reason: reason.to_string().into(),
+        })));
+        drop(st);
+        self.outbound_work.wake();
+    }
+
     fn lock(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -322,12 +338,8 @@ impl MessageStream {
                 reason.len()
             )));
         }
-        self.queue_close(code, reason);
-        Ok(())
-    }
-
-    fn queue_close(&self, code: u16, reason: &str) {
         self.shared.queue_close(code, reason);
+        Ok(())
     }
 
     /// A handle that outlives the guest's resource, for the host to close
@@ -382,6 +394,17 @@ impl MessageStream {
     }
 }
 
+/// Hands `stream` to the guest: a resource in its table, remembered in its
+/// context so that a failing guest's streams close with 1011.
+pub(crate) fn hand_over(
+    ctx: &mut crate::TetherCtx,
+    table: &mut wasmtime::component::ResourceTable,
+    stream: MessageStream,
+) -> wasmtime::Result<Resource<MessageStream>> {
+    ctx.track(stream.handle());
+    Ok(table.push(stream)?)
+}
+
 /// A weak handle to a message stream handed to a guest (see
 /// [`crate::TetherCtx`]): lets the host close the guest's streams with 1011
 /// when the guest traps or exits with an error, before its resources drop
@@ -410,32 +433,14 @@ impl StreamHandle {
     }
 
     /// Queues a close frame with 1011 (RFC 6455 section 7.4.1: "an
-    /// unexpected condition") and `reason` (cut to 123 bytes) after what
-    /// is queued, unless a close is already queued or the stream ended.
-    pub(crate) fn close_failed(&self, reason: &str) {
+    /// unexpected condition") and `reason`, a fixed phrase that fits a
+    /// close frame, after what is queued, unless a close is already queued
+    /// or the stream ended.
+    pub(crate) fn close_failed(&self, reason: &'static str) {
+        debug_assert!(reason.len() <= 123, "a close reason is at most 123 bytes");
         if let Some(shared) = self.0.upgrade() {
-            let mut end = reason.len().min(123);
-            while !reason.is_char_boundary(end) {
-                end -= 1;
-            }
-            shared.queue_close(CLOSE_INTERNAL_ERROR, &reason[..end]);
+            shared.queue_close(CLOSE_INTERNAL_ERROR, reason);
         }
-    }
-}
-
-impl Shared {
-    fn queue_close(&self, code: u16, reason: &str) {
-        let mut st = self.lock();
-        if st.close_queued || st.read_end.is_some() {
-            return;
-        }
-        st.close_queued = true;
-        st.outbound.push_back(WsMessage::Close(Some(CloseFrame {
-            code: code.into(),
-            reason: reason.to_string().into(),
-        })));
-        drop(st);
-        self.outbound_work.wake();
     }
 }
 
@@ -444,7 +449,7 @@ impl Drop for MessageStream {
     /// after the backlog, and its tasks end after the closing handshake (or
     /// the handshake timeout).
     fn drop(&mut self) {
-        self.queue_close(1000, "");
+        self.shared.queue_close(1000, "");
         // Bound the linger: a peer that never reads (so the backlog never
         // drains) or never answers the close must not keep the socket and
         // both tasks alive after the guest let go.
@@ -1151,10 +1156,7 @@ impl wit::HostFutureMessageStream for TetherCtxView<'_> {
     ) -> wasmtime::Result<Option<Result<Resource<MessageStream>, ErrorCode>>> {
         match self.table.get_mut(&this)?.take() {
             None => Ok(None),
-            Some(Ok(stream)) => {
-                self.ctx.track(stream.handle());
-                Ok(Some(Ok(self.table.push(stream)?)))
-            }
+            Some(Ok(stream)) => Ok(Some(Ok(hand_over(self.ctx, self.table, stream)?))),
             Some(Err(e)) => Ok(Some(Err(e))),
         }
     }
@@ -1175,10 +1177,7 @@ impl wit::HostListener for TetherCtxView<'_> {
         this: Resource<Listener>,
     ) -> wasmtime::Result<Result<Option<Resource<MessageStream>>, ErrorCode>> {
         match self.table.get(&this)?.accept() {
-            Some(stream) => {
-                self.ctx.track(stream.handle());
-                Ok(Ok(Some(self.table.push(stream)?)))
-            }
+            Some(stream) => Ok(Ok(Some(hand_over(self.ctx, self.table, stream)?))),
             None => Ok(Ok(None)),
         }
     }

@@ -114,8 +114,7 @@ impl<T> wit::HostWithStore<T> for HasTetherAsync {
         match websocket::dial(host, target, options, check).await {
             Ok(stream) => Ok(Ok(store.with(|mut s| {
                 let view = s.get();
-                view.ctx.track(stream.handle());
-                view.table.push(stream)
+                websocket::hand_over(view.ctx, view.table, stream)
             })?)),
             Err(e) => Ok(Err(error(e))),
         }
