@@ -174,11 +174,35 @@ impl Drop for GuestThread {
     }
 }
 
-/// A free TCP port on 127.0.0.1 (bound to port 0, then released).
+/// A free TCP port on 127.0.0.1 (bound to port 0, then released), never
+/// one this process was given before: ports taken one after another and
+/// released in between can otherwise repeat (a tunnel whose listener and
+/// pipe got the same port fails to start).
 ///
-/// Errors: binding failed.
+/// Errors: binding failed, or 64 binds in a row gave ports already handed
+/// out.
 pub fn free_port() -> std::io::Result<u16> {
-    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+    use std::collections::HashSet;
+    use std::sync::{Mutex, OnceLock};
+    static GIVEN: OnceLock<Mutex<HashSet<u16>>> = OnceLock::new();
+    let mut given = GIVEN
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
+    // Holding the refused listeners makes the kernel pick other ports.
+    let mut held = Vec::new();
+    for _ in 0..64 {
+        let listener = TcpListener::bind("127.0.0.1:0")?;
+        let port = listener.local_addr()?.port();
+        if given.insert(port) {
+            return Ok(port);
+        }
+        held.push(listener);
+    }
+    Err(std::io::Error::new(
+        std::io::ErrorKind::AddrInUse,
+        "no port on 127.0.0.1 that was not handed out already",
+    ))
 }
 
 /// Whether this machine has a TCP socket listening on `port` (any address),
@@ -351,6 +375,13 @@ mod tests {
         let args = parse_args(&["tcp://10.0.0.1:80", "--allow", "*.lan:22"]).unwrap();
         let p = policy_for(&args, Vec::new()).unwrap();
         assert_eq!(text(&p.allow), ["10.0.0.1:80", "*.lan:22"]);
+    }
+
+    #[test]
+    fn free_ports_never_repeat() {
+        let ports: Vec<u16> = (0..300).map(|_| free_port().unwrap()).collect();
+        let unique: std::collections::HashSet<u16> = ports.iter().copied().collect();
+        assert_eq!(unique.len(), ports.len(), "a port was handed out twice");
     }
 
     #[test]

@@ -10,7 +10,9 @@
 //!   figure) and the CPU seconds per GB the tunnel costs: process CPU
 //!   (getrusage) minus the load generator's and the sink's own threads;
 //! - the round trip the tunnel adds to a 64-byte request/response (p50 and
-//!   p99 of tunnel minus direct, in us).
+//!   p99 of tunnel minus direct, in us), next to what two native TCP
+//!   relays in a row add in the same run: the floor of any tunnel with two
+//!   ends on this machine.
 //!
 //! Every upload is checked byte for byte by the server.
 
@@ -103,6 +105,17 @@ pub struct Report {
     pub rtt_added_us_p50: f64,
     /// `rtt_tunnel_us_p99 - rtt_direct_us_p99`.
     pub rtt_added_us_p99: f64,
+    /// Round trip through two native TCP relays in a row, us, p50: the
+    /// floor under any two-ended tunnel on this machine (two more hops each
+    /// way; no WebSocket, no JMUX, no WebAssembly). See [`peers::Relay`].
+    pub rtt_relay_us_p50: f64,
+    /// Round trip through the two native relays, us, p99.
+    pub rtt_relay_us_p99: f64,
+    /// `rtt_relay_us_p50 - rtt_direct_us_p50`: the part of the added round
+    /// trip that the hops alone cost.
+    pub rtt_relay_added_us_p50: f64,
+    /// `rtt_relay_us_p99 - rtt_direct_us_p99`.
+    pub rtt_relay_added_us_p99: f64,
 }
 
 impl Report {
@@ -116,7 +129,9 @@ impl Report {
              {:<34} {:>12.0} {:>12.0} {:>9}  >= 300 {}\n\
              {:<34} {:>12.2} {:>12} {:>9}  <= 2.4 {}\n\
              {:<34} {:>12.1} {:>12.1} {:>8.1}  <= 100 {}\n\
-             {:<34} {:>12.1} {:>12.1} {:>8.1}  < 1000 {}\n",
+             {:<34} {:>12.1} {:>12.1} {:>8.1}  < 1000 {}\n\
+             {:<34} {:>12.1} {:>12.1} {:>8.1}  (native floor)\n\
+             {:<34} {:>12.1} {:>12.1} {:>8.1}  (native floor)\n",
             "",
             "tunnel",
             "direct",
@@ -151,6 +166,14 @@ impl Report {
             self.rtt_direct_us_p99,
             self.rtt_added_us_p99,
             check(self.rtt_added_us_p99 < 1000.0),
+            "two native relays p50 (us, + added)",
+            self.rtt_relay_us_p50,
+            self.rtt_direct_us_p50,
+            self.rtt_relay_added_us_p50,
+            "two native relays p99 (us, + added)",
+            self.rtt_relay_us_p99,
+            self.rtt_direct_us_p99,
+            self.rtt_relay_added_us_p99,
         )
     }
 }
@@ -292,6 +315,11 @@ pub fn run(opts: &Options) -> anyhow::Result<Report> {
     // Round trips.
     let warmup = opts.round_trips / 10 + 10;
     let mut direct = peers::round_trips(echo, warmup, opts.round_trips, 64)?;
+    let mut relayed = {
+        let second = peers::Relay::start(echo)?;
+        let first = peers::Relay::start(second.addr)?;
+        peers::round_trips(first.addr, warmup, opts.round_trips, 64)?
+    };
     let mut tunneled = peers::round_trips(via(ports[2]), warmup, opts.round_trips, 64)?;
 
     // Bulk: a warm-up through the tunnel, then direct, then measured.
@@ -315,6 +343,10 @@ pub fn run(opts: &Options) -> anyhow::Result<Report> {
         percentile_us(&mut tunneled, 0.5),
         percentile_us(&mut tunneled, 0.99),
     );
+    let (r50, r99) = (
+        percentile_us(&mut relayed, 0.5),
+        percentile_us(&mut relayed, 0.99),
+    );
     Ok(Report {
         upload_bytes: size,
         h2_upload_s,
@@ -333,5 +365,9 @@ pub fn run(opts: &Options) -> anyhow::Result<Report> {
         rtt_tunnel_us_p99: t99,
         rtt_added_us_p50: t50 - d50,
         rtt_added_us_p99: t99 - d99,
+        rtt_relay_us_p50: r50,
+        rtt_relay_us_p99: r99,
+        rtt_relay_added_us_p50: r50 - d50,
+        rtt_relay_added_us_p99: r99 - d99,
     })
 }
