@@ -107,6 +107,9 @@ pub(crate) struct Channel {
     pub rx_window: u64,
     /// Bytes consumed locally and not yet granted back by WINDOW ADJUST.
     pub rx_consumed: u64,
+    /// The window this channel was opened with (its WINDOW ADJUST
+    /// threshold is at most half of it).
+    pub window_size: u64,
     pub eof_received: bool,
     pub close_received: bool,
     /// `Event::Data` was emitted and the reader has not consumed since.
@@ -128,6 +131,7 @@ impl Channel {
             rx: BytesMut::new(),
             rx_window: u64::from(recv_window),
             rx_consumed: 0,
+            window_size: u64::from(recv_window),
             eof_received: false,
             close_received: false,
             readable_notified: false,

@@ -13,7 +13,7 @@
 use std::collections::{BTreeSet, VecDeque};
 use std::time::{Duration, Instant};
 
-use bytes::Buf;
+use bytes::{Buf, BytesMut};
 
 use crate::channel::{Channel, ChannelId, ChannelInfo, Phase};
 use crate::codec::{
@@ -22,14 +22,18 @@ use crate::codec::{
 };
 use crate::sender::{PushError, Sender, SenderConfig};
 
+/// A drained receive buffer keeps up to this much capacity (bytes) for the
+/// next DATA; a larger one (a stalled channel's) is freed.
+const RX_KEEP_CAPACITY: usize = 64 * 1024;
+
 /// Session limits. Sizes in bytes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Config {
-    /// Receive window we grant on every channel, in payload bytes (default
-    /// 1048576 = 1 MiB). It bounds each channel's receive buffer, so the
-    /// worst-case buffered input is `initial_window * open channels`. The
-    /// reference advertises 64 MiB, which makes that bound meaningless for
-    /// a guest with a memory limit. 1 MiB allows ~1 GB/s per channel at
+    /// Receive window we grant on every channel while the receive budget
+    /// has room, in payload bytes (default 1048576 = 1 MiB). It bounds each
+    /// channel's receive buffer; [`Config::receive_budget`] bounds their
+    /// sum. The reference advertises 64 MiB per channel and has no overall
+    /// bound, which is meaningless for a guest with a memory limit. 1 MiB allows ~1 GB/s per channel at
     /// 1 ms RTT and ~100 MB/s at 10 ms; with 256 KiB a loopback tunnel was
     /// window-bound (bulk 540-720 MB/s against 780-970 MB/s, and 30% more
     /// CPU per GB, measured side by side). Must be > 0.
@@ -50,6 +54,18 @@ pub struct Config {
     /// effective threshold is `min(this, initial_window / 2)` so a small
     /// window can never stall.
     pub window_adjust_threshold: u32,
+    /// Most payload bytes the peer may have in flight to us or buffered
+    /// here, over all channels: the sum of every channel's granted window
+    /// left and its unconsumed input (default 67108864 = 64 MiB). While
+    /// there is room, a new channel gets the full `initial_window`; past
+    /// it, a new channel gets what room is left but at least one
+    /// maximum-size DATA payload (`max_packet_size - 8`), and WINDOW ADJUST
+    /// waits until consumption frees room, except that a channel is always
+    /// topped up to that one payload (so every channel makes progress).
+    /// Buffered input is therefore bounded by `receive_budget + open
+    /// channels * (max_packet_size - 8)`, not by `initial_window * open
+    /// channels` (1 GiB at 1024 channels of 1 MiB). Must be > 0.
+    pub receive_budget: u64,
     /// Most channels in use at once, both directions (default 1024). An
     /// incoming OPEN beyond it is answered with OPEN FAILURE (general
     /// failure) without an event; [`Session::open`] fails.
@@ -71,6 +87,7 @@ impl Default for Config {
             max_packet_size: 4096,
             max_message_size: MAX_MESSAGE_SIZE,
             window_adjust_threshold: 32 * 1024,
+            receive_budget: 64 << 20,
             max_channels: 1024,
             open_timeout: None,
             sender: SenderConfig::default(),
@@ -91,6 +108,9 @@ pub enum ConfigError {
     /// `max_channels` is 0.
     #[error("max_channels must be > 0")]
     ZeroChannels,
+    /// `receive_budget` is 0.
+    #[error("receive budget must be > 0")]
+    ZeroBudget,
     /// `sender.capacity` below 1024 bytes.
     #[error("sender capacity {0} must be >= 1024 bytes")]
     SenderTooSmall(usize),
@@ -253,6 +273,12 @@ pub struct Stats {
 pub struct Session {
     config: Config,
     adjust_threshold: u64,
+    /// The least window a channel is granted or topped up to, whatever the
+    /// receive budget: one maximum-size DATA payload (or the whole
+    /// `initial_window` if smaller).
+    window_floor: u64,
+    /// Some channel's WINDOW ADJUST waits for room in the receive budget.
+    credit_waiting: bool,
     channels: Vec<Option<Channel>>,
     /// Free ids below `channels.len()`.
     free_ids: BTreeSet<u32>,
@@ -284,6 +310,9 @@ impl Session {
         if config.max_channels == 0 {
             return Err(ConfigError::ZeroChannels);
         }
+        if config.receive_budget == 0 {
+            return Err(ConfigError::ZeroBudget);
+        }
         if config.sender.capacity < 1024 {
             return Err(ConfigError::SenderTooSmall(config.sender.capacity));
         }
@@ -292,8 +321,12 @@ impl Session {
                 .window_adjust_threshold
                 .min(config.initial_window / 2),
         );
+        let window_floor = u64::from(config.initial_window)
+            .min((usize::from(config.max_packet_size) - DATA_OVERHEAD) as u64);
         Ok(Self {
             adjust_threshold,
+            window_floor,
+            credit_waiting: false,
             channels: Vec::new(),
             free_ids: BTreeSet::new(),
             live: 0,
@@ -371,6 +404,9 @@ impl Session {
             self.free_ids.insert(id.0);
             if ch.visible {
                 self.events.push_back(Event::Closed { id });
+            }
+            if self.credit_waiting {
+                self.grant_waiting();
             }
         }
         // Keep the table short when the highest ids are free.
@@ -453,19 +489,20 @@ impl Session {
             return Err(ChannelError::DestinationTooLong { len: url.len() });
         }
         let deadline = self.config.open_timeout.map(|t| now + t);
+        let window = self.new_window();
         let channel = Channel::new(
             Phase::Opening {
                 deadline,
                 abandoned: false,
             },
-            self.config.initial_window,
+            window,
         );
         let id = self.alloc(channel).ok_or(ChannelError::TooManyChannels {
             max: self.config.max_channels,
         })?;
         self.queue(Message::Open {
             sender_channel_id: id.0,
-            initial_window_size: self.config.initial_window,
+            initial_window_size: window,
             maximum_packet_size: self.config.max_packet_size,
             destination_url: url,
         });
@@ -488,7 +525,8 @@ impl Session {
         let msg = Message::OpenSuccess {
             recipient_channel_id: ch.remote_id,
             sender_channel_id: id.0,
-            initial_window_size: self.config.initial_window,
+            // Nothing can arrive before OPEN SUCCESS: the window is whole.
+            initial_window_size: u32::try_from(ch.rx_window).unwrap_or(u32::MAX),
             maximum_packet_size: self.config.max_packet_size,
         };
         self.queue(msg);
@@ -681,32 +719,107 @@ impl Session {
     ///
     /// Source: JMUX spec, "Windows and packet sizes".
     pub fn consume(&mut self, id: ChannelId, n: usize) -> Result<(), ChannelError> {
-        let threshold = self.adjust_threshold;
         let ch = self.get_mut(id).ok_or(ChannelError::UnknownChannel(id))?;
         let n = n.min(ch.rx.len());
         ch.rx.advance(n);
+        if ch.rx.is_empty() && ch.rx.capacity() > RX_KEEP_CAPACITY {
+            // A stalled channel's buffer grew towards its window: give the
+            // memory back once it is drained.
+            ch.rx = BytesMut::new();
+        }
         ch.readable_notified = false;
         ch.rx_consumed += n as u64;
-        let mut adjust = None;
-        if ch.phase == Phase::Open
-            && !ch.eof_received
-            && !ch.close_received
-            && !ch.close_sent
-            && ch.rx_consumed > threshold
-        {
-            let grant = u32::try_from(ch.rx_consumed).unwrap_or(u32::MAX);
-            ch.rx_consumed -= u64::from(grant);
-            ch.rx_window += u64::from(grant);
-            adjust = Some(Message::WindowAdjust {
-                recipient_channel_id: ch.remote_id,
-                window_adjustment: grant,
-            });
-        }
-        if let Some(msg) = adjust {
-            self.queue(msg);
+        if n > 0 {
+            self.grant(id);
+            if self.credit_waiting {
+                self.grant_waiting();
+            }
         }
         self.free_if_finished(id);
         Ok(())
+    }
+
+    /// Payload bytes the peer may still send us or has sent and we hold,
+    /// over all channels: what [`Config::receive_budget`] bounds.
+    fn exposure(&self) -> u64 {
+        self.channels
+            .iter()
+            .flatten()
+            .map(|ch| {
+                // After EOF or CLOSE the peer sends no more DATA.
+                let open = !(ch.eof_received || ch.close_received);
+                let window = if open { ch.rx_window } else { 0 };
+                window + ch.rx.len() as u64
+            })
+            .sum()
+    }
+
+    /// The window for a new channel: `initial_window` while the receive
+    /// budget has room for it, else what room is left, but at least the
+    /// window floor.
+    fn new_window(&self) -> u32 {
+        let room = self.config.receive_budget.saturating_sub(self.exposure());
+        let window = room
+            .min(u64::from(self.config.initial_window))
+            .max(self.window_floor);
+        u32::try_from(window).unwrap_or(u32::MAX)
+    }
+
+    /// Queues a WINDOW ADJUST for `id` once more than its threshold of
+    /// consumed bytes has accumulated, as far as the receive budget allows
+    /// (a channel is always topped up to the window floor). Sets
+    /// `credit_waiting` when some of the grant has to wait.
+    ///
+    /// Source: JMUX spec, "Windows and packet sizes".
+    fn grant(&mut self, id: ChannelId) {
+        let floor = self.window_floor;
+        let Some(ch) = self.get(id) else { return };
+        if ch.phase != Phase::Open
+            || ch.eof_received
+            || ch.close_received
+            || ch.close_sent
+            || ch.rx_consumed == 0
+        {
+            return;
+        }
+        let threshold = self.adjust_threshold.min(ch.window_size / 2);
+        if ch.rx_consumed <= threshold {
+            return;
+        }
+        let own = ch.rx_window + ch.rx.len() as u64;
+        let room = self.config.receive_budget.saturating_sub(self.exposure());
+        let grant = ch
+            .rx_consumed
+            .min(room.max(floor.saturating_sub(own)))
+            .min(u64::from(u32::MAX));
+        if grant < ch.rx_consumed {
+            self.credit_waiting = true;
+        }
+        if grant == 0 {
+            return;
+        }
+        let ch = self.get_mut(id).expect("checked");
+        ch.rx_consumed -= grant;
+        ch.rx_window += grant;
+        let msg = Message::WindowAdjust {
+            recipient_channel_id: ch.remote_id,
+            window_adjustment: grant as u32,
+        };
+        self.queue(msg);
+    }
+
+    /// Retries the WINDOW ADJUSTs that waited for room in the receive
+    /// budget, lowest channel id first.
+    fn grant_waiting(&mut self) {
+        self.credit_waiting = false;
+        for i in 0..self.channels.len() {
+            if self.channels[i]
+                .as_ref()
+                .is_some_and(|ch| ch.rx_consumed > 0)
+            {
+                self.grant(ChannelId(i as u32));
+            }
+        }
     }
 
     /// Copies up to `buf.len()` buffered bytes of a channel into `buf`,
@@ -849,7 +962,7 @@ impl Session {
             ));
             return;
         }
-        let mut ch = Channel::new(Phase::Requested, self.config.initial_window);
+        let mut ch = Channel::new(Phase::Requested, self.new_window());
         ch.remote_id = remote_id;
         ch.credit = u64::from(window);
         ch.max_send_payload = (usize::from(max_packet) - DATA_OVERHEAD).min(MAX_DATA_PAYLOAD);

@@ -1162,3 +1162,201 @@ mod props {
         }
     }
 }
+
+// ----- the receive budget ------------------------------------------------------
+
+/// Opens a channel and answers OPEN SUCCESS; returns its id and the window
+/// the OPEN granted.
+fn open_granting(h: &mut Harness, remote: u32) -> (ChannelId, u32) {
+    let id =
+        h.s.open(&Destination::tcp("example.com", 80), h.now)
+            .unwrap();
+    let window = match h.output().as_slice() {
+        [
+            Message::Open {
+                initial_window_size,
+                ..
+            },
+        ] => *initial_window_size,
+        other => panic!("expected one OPEN, got {other:?}"),
+    };
+    h.feed(&[Message::OpenSuccess {
+        recipient_channel_id: id.0,
+        sender_channel_id: remote,
+        initial_window_size: 1 << 20,
+        maximum_packet_size: 4096,
+    }])
+    .unwrap();
+    assert_eq!(h.events(), vec![Event::Opened { id }]);
+    (id, window)
+}
+
+fn fill(h: &mut Harness, id: ChannelId, len: usize) {
+    let msgs: Vec<Message> = (0..len)
+        .step_by(4088)
+        .map(|at| data(id.0, &vec![7; 4088.min(len - at)]))
+        .collect();
+    h.feed(&msgs).unwrap();
+}
+
+fn drain(h: &mut Harness, id: ChannelId) -> usize {
+    let n = h.s.channel(id).unwrap().readable;
+    h.s.consume(id, n).unwrap();
+    n
+}
+
+fn adjusts(h: &mut Harness) -> Vec<(u32, u32)> {
+    h.output()
+        .into_iter()
+        .map(|m| match m {
+            Message::WindowAdjust {
+                recipient_channel_id,
+                window_adjustment,
+            } => (recipient_channel_id, window_adjustment),
+            other => panic!("expected WINDOW ADJUST, got {other:?}"),
+        })
+        .collect()
+}
+
+#[test]
+fn receive_budget_bounds_new_windows_and_adjusts() {
+    const W: u32 = 64 * 1024;
+    const FLOOR: u32 = 4096 - DATA_OVERHEAD as u32;
+    let mut h = Harness::new(Config {
+        initial_window: W,
+        window_adjust_threshold: 1024,
+        receive_budget: 2 * u64::from(W),
+        ..Config::default()
+    });
+    let (a, wa) = open_granting(&mut h, 10);
+    let (b, wb) = open_granting(&mut h, 11);
+    let (c, wc) = open_granting(&mut h, 12);
+    assert_eq!((wa, wb), (W, W), "room for two full windows");
+    assert_eq!(wc, FLOOR, "no room left: one maximum-size payload");
+
+    // a and b fill their windows; nobody reads.
+    fill(&mut h, a, W as usize);
+    fill(&mut h, b, W as usize);
+    assert_eq!(adjusts(&mut h), vec![]);
+
+    // Reading a frees 64 KiB, but b's 64 KiB and c's window still count:
+    // a gets back only what fits the budget.
+    drain(&mut h, a);
+    let room = 2 * W - W - FLOOR;
+    assert_eq!(adjusts(&mut h), vec![(10, room)]);
+    assert_eq!(h.s.channel(a).unwrap().recv_window, u64::from(room));
+
+    // Reading b makes room for b's whole grant; a's rest still waits.
+    drain(&mut h, b);
+    assert_eq!(adjusts(&mut h), vec![(11, W)]);
+
+    // With the budget spent, c still gets topped up to one payload.
+    fill(&mut h, c, FLOOR as usize);
+    drain(&mut h, c);
+    assert_eq!(adjusts(&mut h), vec![(12, FLOOR)]);
+
+    // b's channel ends: its window returns to the budget, and a's waiting
+    // grant goes out.
+    h.feed(&[Message::Close {
+        recipient_channel_id: b.0,
+    }])
+    .unwrap();
+    let out = h.output();
+    assert!(out.contains(&Message::Close {
+        recipient_channel_id: 11
+    }));
+    assert!(
+        out.contains(&Message::WindowAdjust {
+            recipient_channel_id: 10,
+            window_adjustment: W - room,
+        }),
+        "a's waiting grant after b closed: {out:?}"
+    );
+    assert_eq!(h.s.channel(a).unwrap().recv_window, u64::from(W));
+}
+
+#[test]
+fn buffered_input_stays_within_the_budget_under_any_reading_pattern() {
+    const W: u32 = 32 * 1024;
+    const FLOOR: u64 = (4096 - DATA_OVERHEAD) as u64;
+    let budget = 3 * u64::from(W);
+    let mut h = Harness::new(Config {
+        initial_window: W,
+        window_adjust_threshold: 2048,
+        receive_budget: budget,
+        ..Config::default()
+    });
+    let ids: Vec<ChannelId> = (0..8).map(|r| open_granting(&mut h, 100 + r).0).collect();
+    let remote = |id: ChannelId| 100 + ids.iter().position(|x| *x == id).unwrap() as u32;
+    // The peer's view of each window: granted minus sent.
+    let mut peer_window: HashMap<u32, u64> = ids
+        .iter()
+        .map(|id| (remote(*id), h.s.channel(*id).unwrap().recv_window))
+        .collect();
+    let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
+    let mut next = || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
+    let mut sent_total = 0u64;
+    for step in 0..4000 {
+        let id = ids[(next() % ids.len() as u64) as usize];
+        let r = remote(id);
+        if next() % 2 == 0 {
+            // The peer sends what its window allows (up to 3 packets).
+            let len = peer_window[&r].min(next() % (3 * FLOOR + 1));
+            if len > 0 {
+                fill(&mut h, id, len as usize);
+                *peer_window.get_mut(&r).unwrap() -= len;
+                sent_total += len;
+            }
+        } else if !id.0.is_multiple_of(3) {
+            // Channels 0, 3, 6 never read: they hold what they got.
+            let n = h.s.channel(id).unwrap().readable;
+            h.s.consume(id, (next() % (n as u64 + 1)) as usize).unwrap();
+        }
+        for (rid, adj) in adjusts(&mut h) {
+            *peer_window.get_mut(&rid).unwrap() += u64::from(adj);
+        }
+        let exposure: u64 = ids
+            .iter()
+            .map(|id| {
+                let ch = h.s.channel(*id).unwrap();
+                ch.recv_window + ch.readable as u64
+            })
+            .sum();
+        assert!(
+            exposure <= budget + ids.len() as u64 * FLOOR,
+            "step {step}: {exposure} bytes exposed, budget {budget}"
+        );
+        for id in &ids {
+            assert_eq!(
+                peer_window[&remote(*id)],
+                h.s.channel(*id).unwrap().recv_window,
+                "peer and session disagree on {id}'s window"
+            );
+        }
+    }
+    assert!(
+        sent_total > 4 * budget,
+        "traffic flowed: {sent_total} bytes"
+    );
+    // Every reading channel can still make progress: its window, what it
+    // holds and what it consumed without a grant yet always add up to the
+    // window it opened with, so a drained channel is owed more than its
+    // adjust threshold and gets at least part of it.
+    for id in ids.iter().filter(|id| !id.0.is_multiple_of(3)) {
+        drain(&mut h, *id);
+    }
+    for (rid, adj) in adjusts(&mut h) {
+        *peer_window.get_mut(&rid).unwrap() += u64::from(adj);
+    }
+    for id in ids.iter().filter(|id| !id.0.is_multiple_of(3)) {
+        assert!(
+            peer_window[&remote(*id)] > 0,
+            "{id} was left without credit"
+        );
+    }
+}
