@@ -138,6 +138,18 @@ impl Channel {
         }
     }
 
+    /// Payload bytes of this channel that count against the session's
+    /// receive budget: the window the peer may still use (none after its
+    /// EOF or CLOSE) plus what is buffered and not yet consumed.
+    pub fn exposure(&self) -> u64 {
+        let window = if self.eof_received || self.close_received {
+            0
+        } else {
+            self.rx_window
+        };
+        window + self.rx.len() as u64
+    }
+
     /// Whether the local side may still send DATA.
     pub fn can_send(&self) -> bool {
         self.phase == Phase::Open && !self.eof_sent && !self.close_sent && !self.close_received

@@ -279,6 +279,9 @@ pub struct Session {
     window_floor: u64,
     /// Some channel's WINDOW ADJUST waits for room in the receive budget.
     credit_waiting: bool,
+    /// What the receive budget bounds, kept up to date: the sum of
+    /// [`Channel::exposure`] over all channels.
+    exposure: u64,
     channels: Vec<Option<Channel>>,
     /// Free ids below `channels.len()`.
     free_ids: BTreeSet<u32>,
@@ -327,6 +330,7 @@ impl Session {
             adjust_threshold,
             window_floor,
             credit_waiting: false,
+            exposure: 0,
             channels: Vec::new(),
             free_ids: BTreeSet::new(),
             live: 0,
@@ -393,6 +397,7 @@ impl Session {
                 id
             }
         };
+        self.exposure += channel.exposure();
         self.channels[id as usize] = Some(channel);
         self.live += 1;
         Some(ChannelId(id))
@@ -400,6 +405,7 @@ impl Session {
 
     fn free(&mut self, id: ChannelId) {
         if let Some(ch) = self.channels[id.0 as usize].take() {
+            self.exposure -= ch.exposure();
             self.live -= 1;
             self.free_ids.insert(id.0);
             if ch.visible {
@@ -414,6 +420,16 @@ impl Session {
             let last = (self.channels.len() - 1) as u32;
             self.channels.pop();
             self.free_ids.remove(&last);
+        }
+    }
+
+    /// Changes a channel with `f`, keeping the session's exposure count in
+    /// step with the channel's.
+    fn update_channel(&mut self, id: ChannelId, f: impl FnOnce(&mut Channel)) {
+        if let Some(Some(ch)) = self.channels.get_mut(id.0 as usize) {
+            let before = ch.exposure();
+            f(ch);
+            self.exposure = self.exposure - before + ch.exposure();
         }
     }
 
@@ -681,6 +697,7 @@ impl Session {
             }
             Phase::Requested => self.reject(id, ReasonCode::GeneralFailure, "aborted"),
             Phase::Open => {
+                let cleared = ch.rx.len() as u64;
                 ch.rx.clear();
                 ch.want_writable = false;
                 if !ch.close_sent {
@@ -690,6 +707,7 @@ impl Session {
                         recipient_channel_id,
                     });
                 }
+                self.exposure -= cleared;
                 self.free_if_finished(id);
                 Ok(())
             }
@@ -722,6 +740,8 @@ impl Session {
         let ch = self.get_mut(id).ok_or(ChannelError::UnknownChannel(id))?;
         let n = n.min(ch.rx.len());
         ch.rx.advance(n);
+        self.exposure -= n as u64;
+        let ch = self.get_mut(id).expect("checked");
         if ch.rx.is_empty() && ch.rx.capacity() > RX_KEEP_CAPACITY {
             // A stalled channel's buffer grew towards its window: give the
             // memory back once it is drained.
@@ -739,27 +759,23 @@ impl Session {
         Ok(())
     }
 
-    /// Payload bytes the peer may still send us or has sent and we hold,
-    /// over all channels: what [`Config::receive_budget`] bounds.
-    fn exposure(&self) -> u64 {
-        self.channels
-            .iter()
-            .flatten()
-            .map(|ch| {
-                // After EOF or CLOSE the peer sends no more DATA.
-                let open = !(ch.eof_received || ch.close_received);
-                let window = if open { ch.rx_window } else { 0 };
-                window + ch.rx.len() as u64
-            })
-            .sum()
+    /// [`Session::exposure`] recomputed from the channels (for checks).
+    fn exposure_recount(&self) -> u64 {
+        self.channels.iter().flatten().map(Channel::exposure).sum()
+    }
+
+    /// Room left in the receive budget, bytes.
+    fn budget_room(&self) -> u64 {
+        debug_assert_eq!(self.exposure, self.exposure_recount());
+        self.config.receive_budget.saturating_sub(self.exposure)
     }
 
     /// The window for a new channel: `initial_window` while the receive
     /// budget has room for it, else what room is left, but at least the
     /// window floor.
     fn new_window(&self) -> u32 {
-        let room = self.config.receive_budget.saturating_sub(self.exposure());
-        let window = room
+        let window = self
+            .budget_room()
             .min(u64::from(self.config.initial_window))
             .max(self.window_floor);
         u32::try_from(window).unwrap_or(u32::MAX)
@@ -786,8 +802,8 @@ impl Session {
         if ch.rx_consumed <= threshold {
             return;
         }
-        let own = ch.rx_window + ch.rx.len() as u64;
-        let room = self.config.receive_budget.saturating_sub(self.exposure());
+        let own = ch.exposure();
+        let room = self.budget_room();
         let grant = ch
             .rx_consumed
             .min(room.max(floor.saturating_sub(own)))
@@ -798,6 +814,7 @@ impl Session {
         if grant == 0 {
             return;
         }
+        self.exposure += grant;
         let ch = self.get_mut(id).expect("checked");
         ch.rx_consumed -= grant;
         ch.rx_window += grant;
@@ -811,6 +828,11 @@ impl Session {
     /// Retries the WINDOW ADJUSTs that waited for room in the receive
     /// budget, lowest channel id first.
     fn grant_waiting(&mut self) {
+        if self.budget_room() == 0 {
+            // Only top-ups to the window floor could go out, and each
+            // channel got those when it consumed.
+            return;
+        }
         self.credit_waiting = false;
         for i in 0..self.channels.len() {
             if self.channels[i]
@@ -1104,12 +1126,13 @@ impl Session {
         let Some(id) = self.open_channel_for(raw, MessageType::Eof) else {
             return;
         };
-        let ch = self.get_mut(id).expect("checked");
+        let ch = self.get(id).expect("checked");
         if ch.eof_received || ch.close_received {
             self.dropped(raw, MessageType::Eof, DropReason::UnexpectedInState);
             return;
         }
-        ch.eof_received = true;
+        self.update_channel(id, |ch| ch.eof_received = true);
+        let ch = self.get_mut(id).expect("checked");
         if ch.close_sent {
             // We aborted; the application no longer cares.
             return;
@@ -1132,12 +1155,12 @@ impl Session {
         let Some(id) = self.open_channel_for(raw, MessageType::Close) else {
             return;
         };
-        let ch = self.get_mut(id).expect("checked");
-        if ch.close_received {
+        if self.get(id).expect("checked").close_received {
             self.dropped(raw, MessageType::Close, DropReason::UnexpectedInState);
             return;
         }
-        ch.close_received = true;
+        self.update_channel(id, |ch| ch.close_received = true);
+        let ch = self.get_mut(id).expect("checked");
         ch.want_writable = false;
         if !ch.close_sent {
             // Stop writing; our side is done as far as the pipe goes (DATA
