@@ -107,8 +107,10 @@ pub(crate) struct Channel {
     pub rx_window: u64,
     /// Bytes consumed locally and not yet granted back by WINDOW ADJUST.
     pub rx_consumed: u64,
-    /// The window this channel was opened with (its WINDOW ADJUST
-    /// threshold is at most half of it).
+    /// The channel's full window: what it was opened with, plus what it
+    /// grew by after opening small under a full receive budget. Always
+    /// `rx_window + rx.len() + rx_consumed`; its WINDOW ADJUST threshold is
+    /// at most half of it.
     pub window_size: u64,
     pub eof_received: bool,
     pub close_received: bool,

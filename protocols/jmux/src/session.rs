@@ -24,7 +24,7 @@ use crate::sender::{PushError, Sender, SenderConfig};
 
 /// A drained receive buffer keeps up to this much capacity (bytes) for the
 /// next DATA; a larger one (a stalled channel's) is freed.
-const RX_KEEP_CAPACITY: usize = 64 * 1024;
+const RX_KEEP_CAPACITY: usize = 256 * 1024;
 
 /// Session limits. Sizes in bytes.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -60,8 +60,11 @@ pub struct Config {
     /// there is room, a new channel gets the full `initial_window`; past
     /// it, a new channel gets what room is left but at least one
     /// maximum-size DATA payload (`max_packet_size - 8`), and WINDOW ADJUST
-    /// waits until consumption frees room, except that a channel is always
-    /// topped up to that one payload (so every channel makes progress).
+    /// waits until reading, a peer's EOF or CLOSE, or a freed channel makes
+    /// room (retried round robin), except that a channel is always topped
+    /// up to that one payload (so every channel makes progress). A window
+    /// opened small grows back to `initial_window` in its next WINDOW
+    /// ADJUSTs once there is room.
     /// Buffered input is therefore bounded by `receive_budget + open
     /// channels * (max_packet_size - 8)`, not by `initial_window * open
     /// channels` (1 GiB at 1024 channels of 1 MiB). Must be > 0.
@@ -279,6 +282,8 @@ pub struct Session {
     window_floor: u64,
     /// Some channel's WINDOW ADJUST waits for room in the receive budget.
     credit_waiting: bool,
+    /// Where the next retry of waiting grants starts (round robin).
+    grant_cursor: usize,
     /// What the receive budget bounds, kept up to date: the sum of
     /// [`Channel::exposure`] over all channels.
     exposure: u64,
@@ -330,6 +335,7 @@ impl Session {
             adjust_threshold,
             window_floor,
             credit_waiting: false,
+            grant_cursor: 0,
             exposure: 0,
             channels: Vec::new(),
             free_ids: BTreeSet::new(),
@@ -429,7 +435,11 @@ impl Session {
         if let Some(Some(ch)) = self.channels.get_mut(id.0 as usize) {
             let before = ch.exposure();
             f(ch);
-            self.exposure = self.exposure - before + ch.exposure();
+            let after = ch.exposure();
+            self.exposure = self.exposure - before + after;
+            if after < before && self.credit_waiting {
+                self.grant_waiting();
+            }
         }
     }
 
@@ -707,7 +717,14 @@ impl Session {
                         recipient_channel_id,
                     });
                 }
+                if let Some(ch) = self.get_mut(id) {
+                    // Dropped unread: as good as consumed for the window.
+                    ch.rx_consumed += cleared;
+                }
                 self.exposure -= cleared;
+                if self.credit_waiting {
+                    self.grant_waiting();
+                }
                 self.free_if_finished(id);
                 Ok(())
             }
@@ -804,19 +821,24 @@ impl Session {
         }
         let own = ch.exposure();
         let room = self.budget_room();
-        let grant = ch
-            .rx_consumed
-            .min(room.max(floor.saturating_sub(own)))
-            .min(u64::from(u32::MAX));
-        if grant < ch.rx_consumed {
+        let owed = ch.rx_consumed;
+        let mut grant = owed.min(room.max(floor.saturating_sub(own)));
+        // A window opened small under pressure grows back towards
+        // `initial_window` once the budget has room again.
+        let growth = (u64::from(self.config.initial_window).saturating_sub(ch.window_size))
+            .min(room.saturating_sub(grant));
+        if grant < owed {
             self.credit_waiting = true;
         }
+        grant = (grant + growth).min(u64::from(u32::MAX));
         if grant == 0 {
             return;
         }
         self.exposure += grant;
         let ch = self.get_mut(id).expect("checked");
-        ch.rx_consumed -= grant;
+        let paid = grant.min(owed);
+        ch.rx_consumed -= paid;
+        ch.window_size += grant - paid;
         ch.rx_window += grant;
         let msg = Message::WindowAdjust {
             recipient_channel_id: ch.remote_id,
@@ -826,7 +848,7 @@ impl Session {
     }
 
     /// Retries the WINDOW ADJUSTs that waited for room in the receive
-    /// budget, lowest channel id first.
+    /// budget, round robin from where the last retry stopped.
     fn grant_waiting(&mut self) {
         if self.budget_room() == 0 {
             // Only top-ups to the window floor could go out, and each
@@ -834,12 +856,20 @@ impl Session {
             return;
         }
         self.credit_waiting = false;
-        for i in 0..self.channels.len() {
+        let n = self.channels.len();
+        let start = self.grant_cursor;
+        for k in 0..n {
+            let i = (start + k) % n;
             if self.channels[i]
                 .as_ref()
                 .is_some_and(|ch| ch.rx_consumed > 0)
             {
+                let before = self.exposure;
                 self.grant(ChannelId(i as u32));
+                if self.exposure > before {
+                    // The next retry starts after the last channel served.
+                    self.grant_cursor = i + 1;
+                }
             }
         }
     }

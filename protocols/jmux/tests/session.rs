@@ -1218,21 +1218,34 @@ fn adjusts(h: &mut Harness) -> Vec<(u32, u32)> {
         .collect()
 }
 
-#[test]
-fn receive_budget_bounds_new_windows_and_adjusts() {
-    const W: u32 = 64 * 1024;
-    const FLOOR: u32 = 4096 - DATA_OVERHEAD as u32;
+/// Window and budget of the budget tests: room for two full windows.
+const BW: u32 = 64 * 1024;
+/// One maximum-size DATA payload (4096-byte packets).
+const BFLOOR: u32 = 4096 - DATA_OVERHEAD as u32;
+
+/// A session whose receive budget holds two 64 KiB windows (adjusts past
+/// 1 KiB), with three channels open to remote ids 10, 11, 12: the first
+/// two got full windows, the third one payload.
+fn two_windows_and_a_payload() -> (Harness, [ChannelId; 3]) {
     let mut h = Harness::new(Config {
-        initial_window: W,
+        initial_window: BW,
         window_adjust_threshold: 1024,
-        receive_budget: 2 * u64::from(W),
+        receive_budget: 2 * u64::from(BW),
         ..Config::default()
     });
     let (a, wa) = open_granting(&mut h, 10);
     let (b, wb) = open_granting(&mut h, 11);
     let (c, wc) = open_granting(&mut h, 12);
-    assert_eq!((wa, wb), (W, W), "room for two full windows");
-    assert_eq!(wc, FLOOR, "no room left: one maximum-size payload");
+    assert_eq!((wa, wb), (BW, BW), "room for two full windows");
+    assert_eq!(wc, BFLOOR, "no room left: one maximum-size payload");
+    (h, [a, b, c])
+}
+
+#[test]
+fn receive_budget_bounds_new_windows_and_adjusts() {
+    const W: u32 = BW;
+    const FLOOR: u32 = BFLOOR;
+    let (mut h, [a, b, c]) = two_windows_and_a_payload();
 
     // a and b fill their windows; nobody reads.
     fill(&mut h, a, W as usize);
@@ -1359,4 +1372,84 @@ fn buffered_input_stays_within_the_budget_under_any_reading_pattern() {
             "{id} was left without credit"
         );
     }
+}
+
+#[test]
+fn a_window_opened_small_grows_back_when_the_budget_frees() {
+    const W: u32 = BW;
+    const FLOOR: u32 = BFLOOR;
+    let (mut h, [a, b, c]) = two_windows_and_a_payload();
+    // a and b end without using their windows.
+    for id in [a, b] {
+        h.feed(&[Message::Close {
+            recipient_channel_id: id.0,
+        }])
+        .unwrap();
+    }
+    assert_eq!(h.output().len(), 2, "both CLOSEs answered");
+    // c's next WINDOW ADJUST pays back what it read and grows the window
+    // to the full size.
+    fill(&mut h, c, FLOOR as usize);
+    drain(&mut h, c);
+    assert_eq!(adjusts(&mut h), vec![(12, W)]);
+    assert_eq!(h.s.channel(c).unwrap().recv_window, u64::from(W));
+    // From then on it behaves as a full-size channel.
+    fill(&mut h, c, W as usize);
+    assert_eq!(drain(&mut h, c), W as usize);
+    assert_eq!(adjusts(&mut h), vec![(12, W)]);
+}
+
+#[test]
+fn a_peer_eof_returns_its_unused_window_to_the_budget() {
+    const W: u32 = BW;
+    const FLOOR: u32 = BFLOOR;
+    let (mut h, [a, b, _]) = two_windows_and_a_payload();
+    fill(&mut h, a, W as usize);
+    drain(&mut h, a);
+    // b's unused 64 KiB and c's payload still count: a waits for FLOOR.
+    assert_eq!(adjusts(&mut h), vec![(10, W - FLOOR)]);
+    // b's peer finishes without sending: its window no longer counts,
+    // and a's waiting grant goes out without a's reading anything more.
+    h.feed(&[Message::Eof {
+        recipient_channel_id: b.0,
+    }])
+    .unwrap();
+    assert!(h.events().contains(&Event::Eof { id: b }));
+    assert_eq!(adjusts(&mut h), vec![(10, FLOOR)]);
+}
+
+#[test]
+fn an_accepted_channel_gets_the_budgeted_window_in_open_success() {
+    const W: u32 = 64 * 1024;
+    let mut h = Harness::new(Config {
+        initial_window: W,
+        receive_budget: u64::from(W),
+        ..Config::default()
+    });
+    let open = |sender: u32| Message::Open {
+        sender_channel_id: sender,
+        initial_window_size: 1 << 20,
+        maximum_packet_size: 4096,
+        destination_url: "tcp://10.0.0.1:80".into(),
+    };
+    h.feed(&[open(7), open(8)]).unwrap();
+    for ev in h.events() {
+        let Event::OpenRequest { id, .. } = ev else {
+            panic!("expected OPEN requests, got {ev:?}");
+        };
+        h.s.accept(id).unwrap();
+    }
+    let windows: Vec<(u32, u32)> = h
+        .output()
+        .into_iter()
+        .map(|m| match m {
+            Message::OpenSuccess {
+                recipient_channel_id,
+                initial_window_size,
+                ..
+            } => (recipient_channel_id, initial_window_size),
+            other => panic!("expected OPEN SUCCESS, got {other:?}"),
+        })
+        .collect();
+    assert_eq!(windows, vec![(7, W), (8, 4096 - DATA_OVERHEAD as u32)]);
 }
