@@ -395,6 +395,88 @@ fn stalled_reader_stops_only_its_channel_and_memory_stays_bounded() {
     drop(stalled);
 }
 
+/// Many stalled channels cannot push the server guest past its memory
+/// limit: the JMUX session's receive budget bounds what it buffers. 300
+/// channels to a target that never reads, each fed until its writer blocks
+/// (about 1.5 GB in all; most of it waits in kernel buffers). With 1 MiB
+/// windows and no budget the guest held ~300 MiB against its 256 MiB
+/// limit and was stopped, resetting every channel; now every channel is
+/// held back by backpressure, the guest keeps running, and a new channel
+/// still works.
+#[test]
+fn many_stalled_channels_stay_within_the_receive_budget() {
+    let runner = runner();
+    // A target that accepts and never reads (for at most a minute).
+    let sink = tcp_server(|tcp| async move {
+        tokio::time::sleep(Duration::from_secs(60)).await;
+        drop(tcp);
+    });
+    let echo = tcp_server(|mut tcp| async move {
+        let (mut r, mut w) = tcp.split();
+        let _ = tokio::io::copy(&mut r, &mut w).await;
+    });
+    let (t, ports, _) = tunnel(&runner, &[sink, echo], &[], &[]);
+    let mut conns: Vec<TcpStream> = (0..300)
+        .map(|_| {
+            let c = TcpStream::connect(local(ports[0])).unwrap();
+            c.set_nonblocking(true).unwrap();
+            c
+        })
+        .collect();
+    let chunk = vec![0x5au8; 256 * 1024];
+    let (mut pushed, mut idle) = (0usize, 0);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    // Until 1 s passes with no channel taking a byte.
+    while idle < 20 {
+        assert!(Instant::now() < deadline, "the channels kept taking data");
+        let mut progress = false;
+        for c in &mut conns {
+            loop {
+                match c.write(&chunk) {
+                    Ok(n) => {
+                        pushed += n;
+                        progress = true;
+                    }
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                    Err(e) => panic!(
+                        "a stalled channel failed after {} MiB pushed: {e} (did the server guest end?)",
+                        pushed >> 20
+                    ),
+                }
+            }
+        }
+        if progress {
+            idle = 0;
+        } else {
+            idle += 1;
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+    eprintln!("300 stalled channels took {} MiB", pushed >> 20);
+    assert!(
+        !t.server.is_finished(),
+        "the server guest ended with 300 stalled channels"
+    );
+    assert!(
+        pushed > 300 << 20,
+        "only {} MiB pushed: the old bound (1 MiB per channel) was never reached",
+        pushed >> 20
+    );
+    // A new channel on the same pipe still answers.
+    let mut c = TcpStream::connect(local(ports[1])).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    c.write_all(b"still here").unwrap();
+    let mut back = [0u8; 10];
+    if let Err(e) = c.read_exact(&mut back) {
+        panic!(
+            "a new channel next to 300 stalled ones got no echo ({e}); server guest ended: {}",
+            t.server.is_finished()
+        );
+    }
+    assert_eq!(&back, b"still here");
+    drop(conns);
+}
+
 /// A native JMUX peer: WebSocket client plus the `tether-jmux` codec.
 struct RawPeer {
     ws: tokio_tungstenite::WebSocketStream<
