@@ -1,7 +1,6 @@
-//! An embedded WebSocket echo server (tokio-tungstenite) on its own thread,
-//! the peer for `tether demo` and `tether bench echo`. It behaves like a
-//! remote server: its own runtime, so wake-ups cross threads as they would
-//! across processes.
+//! An embedded WebSocket echo server (tokio-tungstenite) on its own thread
+//! and runtime ([`LocalServer`]), the peer for `tether demo` and `tether
+//! bench echo`.
 
 use std::net::SocketAddr;
 
@@ -10,61 +9,29 @@ use tokio::net::TcpListener;
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
 
+use crate::local_server::LocalServer;
+
 /// A running echo server; stopped when dropped.
 pub struct EchoServer {
-    addr: SocketAddr,
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
-    thread: Option<std::thread::JoinHandle<()>>,
+    server: LocalServer,
 }
 
 impl EchoServer {
     /// Binds `127.0.0.1:0` and serves until dropped. Errors: bind failure.
     pub fn start() -> std::io::Result<EchoServer> {
-        let std_listener = std::net::TcpListener::bind("127.0.0.1:0")?;
-        std_listener.set_nonblocking(true)?;
-        let addr = std_listener.local_addr()?;
-        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let thread = std::thread::Builder::new()
-            .name("echo-server".into())
-            .spawn(move || {
-                let rt = tokio::runtime::Builder::new_current_thread()
-                    .enable_all()
-                    .build()
-                    .expect("runtime");
-                rt.block_on(async move {
-                    let listener = TcpListener::from_std(std_listener).expect("listener");
-                    tokio::select! {
-                        _ = serve(listener) => {}
-                        _ = stopped => {}
-                    }
-                });
-            })?;
         Ok(EchoServer {
-            addr,
-            stop: Some(stop),
-            thread: Some(thread),
+            server: LocalServer::start("echo-server", serve)?,
         })
     }
 
     /// The bound address.
     pub fn addr(&self) -> SocketAddr {
-        self.addr
+        self.server.addr()
     }
 
     /// `ws://ADDR/echo`.
     pub fn url(&self) -> String {
-        format!("ws://{}/echo", self.addr)
-    }
-}
-
-impl Drop for EchoServer {
-    fn drop(&mut self) {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
-        }
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
+        format!("ws://{}/echo", self.addr())
     }
 }
 

@@ -44,6 +44,7 @@ use wasmtime::component::{HasData, Linker, ResourceTable};
 pub mod bindings;
 pub mod config;
 pub mod jmux;
+pub mod local_server;
 pub mod net;
 pub mod p3;
 pub mod policy;

@@ -21,6 +21,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
+
+use crate::local_server::LocalServer;
 use futures_util::{FutureExt, SinkExt, StreamExt};
 use tether_quic::{
     App, Client, EchoServer, EchoStats, Error, Identity, Link, LinkStats, Options, Phase, Report,
@@ -262,11 +264,9 @@ pub struct Served {
 /// A native QUIC echo server behind a WebSocket listener on `127.0.0.1:0`,
 /// on its own thread and runtime (a remote peer). Stopped when dropped.
 pub struct NativeServer {
-    addr: SocketAddr,
     served: Arc<Mutex<Vec<Served>>>,
     notify: Arc<tokio::sync::Notify>,
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
-    thread: Option<std::thread::JoinHandle<()>>,
+    server: LocalServer,
 }
 
 impl NativeServer {
@@ -275,75 +275,50 @@ impl NativeServer {
     pub fn start(identity: &Identity, options: &Options, faults: Faults) -> anyhow::Result<Self> {
         let config = config::server_config(identity, options)?;
         options.transport()?;
-        let std_listener = std::net::TcpListener::bind("127.0.0.1:0")?;
-        std_listener.set_nonblocking(true)?;
-        let addr = std_listener.local_addr()?;
         let served = Arc::new(Mutex::new(Vec::new()));
         let notify = Arc::new(tokio::sync::Notify::new());
-        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let (served2, notify2, options) = (served.clone(), notify.clone(), options.clone());
-        let thread = std::thread::Builder::new()
-            .name("quic-server".into())
-            .spawn(move || {
-                let rt = tokio::runtime::Builder::new_current_thread()
-                    .enable_all()
-                    .build()
-                    .expect("runtime");
-                rt.block_on(async move {
-                    let listener =
-                        tokio::net::TcpListener::from_std(std_listener).expect("listener");
-                    let serve = async {
-                        loop {
-                            let Ok((tcp, _)) = listener.accept().await else {
-                                continue;
-                            };
-                            let _ = tcp.set_nodelay(true);
-                            let (config, options) = (config.clone(), options.clone());
-                            let (served, notify) = (served2.clone(), notify2.clone());
-                            tokio::spawn(async move {
-                                let ws_config = crate::websocket::ws_config(&Default::default());
-                                let Ok(ws) = tokio_tungstenite::accept_async_with_config(
-                                    tcp,
-                                    Some(ws_config),
-                                )
-                                .await
-                                else {
-                                    return;
-                                };
-                                let mut link = Link::server_with(Instant::now(), config, &options);
-                                let mut app = EchoServer::new();
-                                let ended = drive(ws, &mut link, &mut app, faults).await;
-                                served.lock().unwrap().push(Served {
-                                    echo: app.stats(),
-                                    ended,
-                                });
-                                notify.notify_waiters();
-                            });
-                        }
+        let server = LocalServer::start("quic-server", move |listener| async move {
+            loop {
+                let Ok((tcp, _)) = listener.accept().await else {
+                    continue;
+                };
+                let _ = tcp.set_nodelay(true);
+                let (config, options) = (config.clone(), options.clone());
+                let (served, notify) = (served2.clone(), notify2.clone());
+                tokio::spawn(async move {
+                    let ws_config = crate::websocket::ws_config(&Default::default());
+                    let Ok(ws) =
+                        tokio_tungstenite::accept_async_with_config(tcp, Some(ws_config)).await
+                    else {
+                        return;
                     };
-                    tokio::select! {
-                        _ = serve => {}
-                        _ = stopped => {}
-                    }
+                    let mut link = Link::server_with(Instant::now(), config, &options);
+                    let mut app = EchoServer::new();
+                    let ended = drive(ws, &mut link, &mut app, faults).await;
+                    served.lock().unwrap().push(Served {
+                        echo: app.stats(),
+                        ended,
+                    });
+                    notify.notify_waiters();
                 });
-            })?;
+            }
+        })?;
         Ok(NativeServer {
-            addr,
             served,
             notify,
-            stop: Some(stop),
-            thread: Some(thread),
+            server,
         })
     }
 
     /// The listening address.
     pub fn addr(&self) -> SocketAddr {
-        self.addr
+        self.server.addr()
     }
 
     /// `ws://ADDR/quic`.
     pub fn url(&self) -> String {
-        format!("ws://{}/quic", self.addr)
+        format!("ws://{}/quic", self.addr())
     }
 
     /// The connections that ended so far.
@@ -368,17 +343,6 @@ impl NativeServer {
         })
         .await
         .with_context(|| format!("the native server did not see {n} connections end"))
-    }
-}
-
-impl Drop for NativeServer {
-    fn drop(&mut self) {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
-        }
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
     }
 }
 

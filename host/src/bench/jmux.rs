@@ -107,7 +107,7 @@ pub struct Report {
     pub rtt_added_us_p99: f64,
     /// Round trip through two native TCP relays in a row, us, p50: the
     /// floor under any two-ended tunnel on this machine (two more hops each
-    /// way; no WebSocket, no JMUX, no WebAssembly). See [`peers::Relay`].
+    /// way; no WebSocket, no JMUX, no WebAssembly). See [`peers::relay`].
     pub rtt_relay_us_p50: f64,
     /// Round trip through the two native relays, us, p99.
     pub rtt_relay_us_p99: f64,
@@ -316,9 +316,9 @@ pub fn run(opts: &Options) -> anyhow::Result<Report> {
     let warmup = opts.round_trips / 10 + 10;
     let mut direct = peers::round_trips(echo, warmup, opts.round_trips, 64)?;
     let mut relayed = {
-        let second = peers::Relay::start(echo)?;
-        let first = peers::Relay::start(second.addr)?;
-        peers::round_trips(first.addr, warmup, opts.round_trips, 64)?
+        let second = peers::relay(echo)?;
+        let first = peers::relay(second.addr())?;
+        peers::round_trips(first.addr(), warmup, opts.round_trips, 64)?
     };
     let mut tunneled = peers::round_trips(via(ports[2]), warmup, opts.round_trips, 64)?;
 

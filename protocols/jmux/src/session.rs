@@ -707,8 +707,6 @@ impl Session {
             }
             Phase::Requested => self.reject(id, ReasonCode::GeneralFailure, "aborted"),
             Phase::Open => {
-                let cleared = ch.rx.len() as u64;
-                ch.rx.clear();
                 ch.want_writable = false;
                 if !ch.close_sent {
                     ch.close_sent = true;
@@ -717,14 +715,11 @@ impl Session {
                         recipient_channel_id,
                     });
                 }
-                if let Some(ch) = self.get_mut(id) {
+                self.update_channel(id, |ch| {
                     // Dropped unread: as good as consumed for the window.
-                    ch.rx_consumed += cleared;
-                }
-                self.exposure -= cleared;
-                if self.credit_waiting {
-                    self.grant_waiting();
-                }
+                    ch.rx_consumed += ch.rx.len() as u64;
+                    ch.rx.clear();
+                });
                 self.free_if_finished(id);
                 Ok(())
             }

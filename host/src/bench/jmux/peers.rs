@@ -18,6 +18,8 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
+use crate::local_server::LocalServer;
+
 /// Deterministic pseudo-random bytes (xorshift64), so a server can check
 /// an upload without receiving the expected data out of band.
 pub fn payload(len: usize, seed: u64) -> Vec<u8> {
@@ -425,72 +427,26 @@ pub fn round_trips(
     Ok(samples)
 }
 
-/// A native TCP relay on its own thread and current-thread runtime (as a
-/// tunnel guest runs): each accepted connection is joined to a new
-/// connection to `target`, TCP_NODELAY on both, and bytes are copied both
-/// ways. Two of them in a row are what any two-ended tunnel (this one, or
-/// the reference's two `jetsocat` processes) adds to a round trip at the
-/// least: two more hops each way, with no framing, no multiplexing and no
-/// WebAssembly. Dropping it stops the relay and its connections.
-pub struct Relay {
-    /// Where the relay listens (127.0.0.1, ephemeral port).
-    pub addr: SocketAddr,
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
-    thread: Option<std::thread::JoinHandle<()>>,
-}
-
-impl Relay {
-    /// Starts a relay to `target`.
-    ///
-    /// Errors: binding or the runtime failed.
-    pub fn start(target: SocketAddr) -> anyhow::Result<Relay> {
-        let std = std::net::TcpListener::bind("127.0.0.1:0")?;
-        std.set_nonblocking(true)?;
-        let addr = std.local_addr()?;
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()?;
-        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let thread = std::thread::Builder::new()
-            .name("jmux-relay".into())
-            .spawn(move || {
-                rt.block_on(async move {
-                    let relay = tokio::spawn(async move {
-                        let Ok(listener) = tokio::net::TcpListener::from_std(std) else {
-                            return;
-                        };
-                        while let Ok((mut inbound, _)) = listener.accept().await {
-                            tokio::spawn(async move {
-                                let Ok(mut outbound) = tokio::net::TcpStream::connect(target).await
-                                else {
-                                    return;
-                                };
-                                let _ = inbound.set_nodelay(true);
-                                let _ = outbound.set_nodelay(true);
-                                let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound)
-                                    .await;
-                            });
-                        }
-                    });
-                    let _ = stopped.await;
-                    relay.abort();
-                });
-            })?;
-        Ok(Relay {
-            addr,
-            stop: Some(stop),
-            thread: Some(thread),
-        })
-    }
-}
-
-impl Drop for Relay {
-    fn drop(&mut self) {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
+/// A native TCP relay to `target` on its own thread and current-thread
+/// runtime (as a tunnel guest runs): each accepted connection is joined to
+/// a new connection to `target`, TCP_NODELAY on both, and bytes are copied
+/// both ways. Two of them in a row are what any two-ended tunnel (this
+/// one, or the reference's two `jetsocat` processes) adds to a round trip
+/// at the least: two more hops each way, with no framing, no multiplexing
+/// and no WebAssembly. Dropping it stops the relay and its connections.
+///
+/// Errors: binding, the runtime or the thread could not be created.
+pub fn relay(target: SocketAddr) -> std::io::Result<LocalServer> {
+    LocalServer::start("jmux-relay", move |listener| async move {
+        while let Ok((mut inbound, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let Ok(mut outbound) = tokio::net::TcpStream::connect(target).await else {
+                    return;
+                };
+                let _ = inbound.set_nodelay(true);
+                let _ = outbound.set_nodelay(true);
+                let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+            });
         }
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
+    })
 }
