@@ -16,8 +16,8 @@ conformance *ARGS:
 
 # full benchmark runs (guest vs native in the same run)
 bench:
-    cargo run --release -q -p tether-host --bin tether -- bench echo
+    cargo run --release -q -p tether --bin tether -- bench echo
 
 # run a guest component: just run path/to/guest.wasm --allow 127.0.0.1:* -- args
 run *ARGS:
-    cargo run --release -q -p tether-host --bin tether -- run {{ARGS}}
+    cargo run --release -q -p tether --bin tether -- run {{ARGS}}

@@ -13,6 +13,11 @@
 //! 3. run the guest on a tokio runtime (current-thread keeps a guest and
 //!    its sockets on one thread: host-guest wake-ups stay ~2 us).
 //!
+//! The whole of it, as `examples/embed.rs` (compiled as this doc test
+//! with nothing but this crate):
+//!
+#![doc = concat!("```no_run\n", include_str!("../examples/embed.rs"), "\n```")]
+//!
 //! Or let [`runner::Runner`] do all of it: engine configuration, memory and
 //! runaway limits, stdout capture.
 //!
@@ -43,23 +48,25 @@ use wasmtime::component::{HasData, Linker, ResourceTable};
 
 pub mod bindings;
 pub mod config;
-pub mod jmux;
-pub mod local_server;
 pub mod net;
 pub mod p3;
 pub mod policy;
-pub mod quic;
 pub mod ready;
 pub mod runner;
 pub mod tcp;
 pub mod tls;
 pub mod websocket;
 
-pub mod bench;
-pub mod echo_server;
-
 pub use bindings::ErrorCode;
 pub use config::{Config, Limits, TlsOptions};
+
+// The exact wasmtime, wasmtime-wasi and tokio this crate is built against:
+// an embedder's store, linker and runtime must come from the same versions
+// (wasmtime is pinned), so a crate that depends on `tether-host` alone has
+// them all.
+pub use tokio;
+pub use wasmtime;
+pub use wasmtime_wasi;
 
 /// What every guest of one host shares: the configuration and the TLS
 /// client configuration built from it. Cheap to clone through `Arc`.

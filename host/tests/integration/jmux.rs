@@ -11,9 +11,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures_util::{SinkExt, StreamExt};
-use tether_host::bench::jmux::peers::{self, PeerRuntime};
-use tether_host::bench::jmux::tunnel_config;
-use tether_host::jmux::{Tunnel, free_port};
+use tether_bench::jmux::peers::{self, PeerRuntime};
+use tether_bench::jmux::tunnel_config;
+use tether_bench::tunnel::{Tunnel, free_port};
 use tether_host::runner::{EngineKind, GuestIo, Runner};
 use tether_jmux::{Decoder, Message, ReasonCode};
 use tokio_tungstenite::tungstenite::Message as WsMessage;
@@ -531,18 +531,18 @@ fn open(id: u32, url: &str) -> Message {
     }
 }
 
-fn server_guest(runner: &Arc<Runner>, args: &[&str]) -> (tether_host::jmux::GuestThread, u16) {
+fn server_guest(runner: &Arc<Runner>, args: &[&str]) -> (tether_bench::tunnel::GuestThread, u16) {
     let port = free_port().unwrap();
     let mut all = vec!["jmux".to_string(), format!("ws-listen://127.0.0.1:{port}")];
     all.extend(args.iter().map(|s| s.to_string()));
-    let g = tether_host::jmux::GuestThread::spawn(
+    let g = tether_bench::tunnel::GuestThread::spawn(
         runner.clone(),
         component(runner),
         all,
         GuestIo::Capture(1 << 20),
     )
     .unwrap();
-    tether_host::jmux::wait_listening(&[port], Duration::from_secs(20), || !g.is_finished())
+    tether_bench::tunnel::wait_listening(&[port], Duration::from_secs(20), || !g.is_finished())
         .unwrap();
     (g, port)
 }

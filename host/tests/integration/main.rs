@@ -1,7 +1,6 @@
 //! Integration tests: guest components run through the host against real
 //! peers on 127.0.0.1.
 
-mod cli;
 mod common;
 mod jmux;
 mod limits;

@@ -5,8 +5,8 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tether_host::bench::quic::{GuestServer, Side, guest_client, run_pairing};
-use tether_host::quic::{self as peer, ClientRun, Faults, NativeServer};
+use tether_bench::quic::{GuestServer, Side, guest_client, run_pairing};
+use tether_bench::quic_peer::{self as peer, ClientRun, Faults, NativeServer};
 use tether_host::runner::{GuestIo, Runner};
 use tether_quic::{Identity, Options, Phase};
 use wasmtime::component::Component;

@@ -14,8 +14,8 @@ use tether_jmux::proxy::cli::{PipeSpec, ProxyArgs};
 use tether_jmux::proxy::rules::TargetFilter;
 use wasmtime::component::Component;
 
-use crate::policy::{Policy, Rule};
-use crate::runner::{GuestIo, Outcome, Runner};
+use tether_host::policy::{Policy, Rule};
+use tether_host::runner::{GuestIo, Outcome, Runner};
 
 /// The host policy a `jmux-proxy` command line needs, and nothing more:
 /// dialling the pipe's address (`ws://`, `wss://`, `tcp://`), binding the
@@ -43,13 +43,13 @@ pub fn policy_for(args: &ProxyArgs, deny: Vec<Rule>) -> anyhow::Result<Policy> {
     };
     match &args.pipe {
         PipeSpec::WsConnect(url) => {
-            let t = crate::websocket::parse_ws_url(url)
+            let t = tether_host::websocket::parse_ws_url(url)
                 .map_err(|e| anyhow::anyhow!("pipe {url}: {e:?}"))?;
             allow.push(host_rule(&t.host, t.port)?);
         }
         PipeSpec::TcpConnect(addr) => {
-            let (host, port) =
-                crate::net::split_host_port(addr).map_err(|e| anyhow::anyhow!("pipe: {e:?}"))?;
+            let (host, port) = tether_host::net::split_host_port(addr)
+                .map_err(|e| anyhow::anyhow!("pipe: {e:?}"))?;
             allow.push(host_rule(&host, port)?);
         }
         PipeSpec::WsListen(bind) | PipeSpec::TcpListen(bind) => listen.push(bind_rule(bind)?),

@@ -287,7 +287,7 @@ impl NativeServer {
                 let (config, options) = (config.clone(), options.clone());
                 let (served, notify) = (served2.clone(), notify2.clone());
                 tokio::spawn(async move {
-                    let ws_config = crate::websocket::ws_config(&Default::default());
+                    let ws_config = tether_host::websocket::ws_config(&Default::default());
                     let Ok(ws) =
                         tokio_tungstenite::accept_async_with_config(tcp, Some(ws_config)).await
                     else {
@@ -539,7 +539,7 @@ pub async fn dial(url: &str) -> anyhow::Result<WebSocketStream<tokio::net::TcpSt
         .await
         .with_context(|| format!("connecting to {addr}"))?;
     tcp.set_nodelay(true)?;
-    let ws_config = crate::websocket::ws_config(&Default::default());
+    let ws_config = tether_host::websocket::ws_config(&Default::default());
     let (ws, _) = tokio_tungstenite::client_async_with_config(url, tcp, Some(ws_config)).await?;
     Ok(ws)
 }

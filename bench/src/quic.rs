@@ -1,5 +1,5 @@
 //! `tether bench quic`: QUIC over message streams in every pairing of the
-//! `quic-echo` guest and the native peer (`crate::quic`), client -> server:
+//! `quic-echo` guest and the native peer (`crate::quic_peer`), client -> server:
 //! native -> native (the baseline), guest -> native, native -> guest,
 //! guest -> guest. Servers run on their own thread and runtime, clients on
 //! the caller's, all in one process and one run.
@@ -21,11 +21,11 @@ use serde::Serialize;
 use tether_quic::{Identity, Options, Phase};
 use wasmtime::component::Component;
 
-use crate::bench::echo::percentile_us;
-use crate::policy::Policy;
-use crate::quic::{self as peer, ClientRun, Faults, NativeServer};
-use crate::runner::{EngineKind, GuestIo, Runner};
-use crate::{Config, Limits};
+use crate::echo::percentile_us;
+use crate::quic_peer::{self as peer, ClientRun, Faults, NativeServer};
+use tether_host::policy::Policy;
+use tether_host::runner::{EngineKind, GuestIo, Runner};
+use tether_host::{Config, Limits};
 
 /// The largest guest handshake p50 above native's that the run accepts, ms.
 pub const HANDSHAKE_TAX_GUARD_MS: f64 = 10.0;
@@ -77,7 +77,7 @@ impl Workload {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Side {
-    /// The native peer (`crate::quic`).
+    /// The native peer (`crate::quic_peer`).
     Native,
     /// The `quic-echo` guest through the host.
     Guest,
@@ -271,7 +271,7 @@ pub async fn guest_client(
 pub struct GuestServer {
     /// `ws://ADDR/quic`.
     pub url: String,
-    thread: Option<std::thread::JoinHandle<crate::runner::Outcome>>,
+    thread: Option<std::thread::JoinHandle<tether_host::runner::Outcome>>,
 }
 
 impl GuestServer {
@@ -305,7 +305,7 @@ impl GuestServer {
 
     /// Waits for the guest to exit (after its `max` connections) and
     /// returns how it went. Errors: it failed.
-    pub async fn finish(mut self) -> anyhow::Result<crate::runner::Outcome> {
+    pub async fn finish(mut self) -> anyhow::Result<tether_host::runner::Outcome> {
         let thread = self.thread.take().expect("joined once");
         let outcome = tokio::task::spawn_blocking(move || thread.join())
             .await?

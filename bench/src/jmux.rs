@@ -25,11 +25,11 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 use serde::Serialize;
 
-use crate::jmux::{Tunnel, free_port};
-use crate::policy::Policy;
-use crate::runner::{EngineKind, GuestIo, Runner};
-use crate::{Config, Limits};
+use crate::tunnel::{Tunnel, free_port};
 use peers::{PeerRuntime, Uploads};
+use tether_host::policy::Policy;
+use tether_host::runner::{EngineKind, GuestIo, Runner};
+use tether_host::{Config, Limits};
 
 /// How much to measure.
 #[derive(Clone, Copy, Debug)]

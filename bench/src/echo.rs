@@ -11,7 +11,7 @@ use hdrhistogram::Histogram;
 use serde::Serialize;
 use tokio_tungstenite::tungstenite::Message;
 
-use crate::runner::{GuestIo, Runner};
+use tether_host::runner::{GuestIo, Runner};
 
 /// The workload: counts and sizes (bytes) of each phase.
 #[derive(Clone, Copy, Debug)]
@@ -238,7 +238,7 @@ pub async fn native_ping(url: &str, w: &Workload) -> anyhow::Result<Samples> {
     tcp.set_nodelay(true)?;
     // The host's own tungstenite settings, so the ratio measures the guest
     // and nothing else.
-    let config = crate::websocket::ws_config(&Default::default());
+    let config = tether_host::websocket::ws_config(&Default::default());
     let (mut ws, _) = tokio_tungstenite::client_async_with_config(url, tcp, Some(config)).await?;
     round_trips(&mut ws, w.warmup, w.rtt.1, 1).await?;
     let rtt_ns = round_trips(&mut ws, w.rtt.0, w.rtt.1, 1).await?;

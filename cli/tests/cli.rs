@@ -112,7 +112,7 @@ fn a_closed_stderr_does_not_end_a_running_tunnel() {
     let socks = line.rsplit(' ').next().unwrap().to_string();
     // Make the server log: a SOCKS5 CONNECT to a closed port, which the
     // server's guest refuses (and logs, to its closed stderr).
-    let refused = crate::common::closed_port();
+    let refused = closed_port();
     let mut tcp = std::net::TcpStream::connect(&socks).unwrap();
     tcp.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     use std::io::Write;
@@ -153,4 +153,10 @@ fn a_closed_stderr_does_not_end_a_running_tunnel() {
     let rest = rest.join("\n");
     assert_eq!(status.code(), Some(1), "{rest}");
     assert!(rest.contains("without closing handshake"), "{rest}");
+}
+
+/// A port nobody listens on (bound, then closed).
+fn closed_port() -> u16 {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    l.local_addr().unwrap().port()
 }

@@ -1,0 +1,24 @@
+//! Tether's benchmarks and the native peers they share with the tests.
+//!
+//! Every benchmark measures a guest against native code in the same run:
+//! - [`echo`]: `tether demo` and `tether bench echo` (echo guest vs a native
+//!   tokio-tungstenite client);
+//! - [`quic`]: `tether bench quic` (QUIC over message streams, every
+//!   guest/native pairing);
+//! - [`jmux`]: `tether bench jmux` (a two-guest JMUX tunnel vs direct, and
+//!   two native relays as the floor).
+//!
+//! The native peers, each on its own thread and runtime ([`local_server`]):
+//! - [`echo_server`]: a tokio-tungstenite WebSocket echo server;
+//! - [`quic_peer`]: the native QUIC client and server (quinn-proto);
+//! - [`jmux::peers`]: TCP echo, relays, HTTP/1.1 and HTTP/2 upload sinks;
+//! - [`tunnel`]: JMUX guests on their own threads, a two-guest tunnel, and
+//!   the host policy `tether jmux` derives from a `jmux-proxy` command line.
+
+pub mod echo;
+pub mod echo_server;
+pub mod jmux;
+pub mod local_server;
+pub mod quic;
+pub mod quic_peer;
+pub mod tunnel;

@@ -1,0 +1,136 @@
+//! `tether jmux [--deny RULE]... [--ca-file PEM]... <PIPE> [<LISTENER>...]
+//! [--allow-all | --allow RULE...]`: the JMUX proxy guest with the host
+//! policy its `jmux-proxy` arguments need.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::bail;
+use clap::Args;
+use tether_host::policy::Rule;
+use tether_host::runner::{EngineKind, GuestIo, Runner};
+use tether_host::{Config, Limits, TlsOptions};
+
+#[derive(Args)]
+pub struct JmuxArgs {
+    /// Never dial HOST:PORT (repeatable), whatever the arguments allow.
+    #[arg(long = "deny", value_name = "RULE")]
+    pub deny: Vec<Rule>,
+    /// Add the certificates in this PEM file to the trusted roots (wss://).
+    #[arg(long = "ca-file", value_name = "PEM")]
+    pub ca_file: Vec<PathBuf>,
+    /// The jmux-proxy arguments: <PIPE> [<LISTENER>...] [--allow-all |
+    /// --allow RULE...]. The host may dial the pipe's address, bind the
+    /// pipe's and listeners' addresses, and dial the targets that
+    /// --allow-all / --allow admit; nothing else. --deny and --ca-file may
+    /// also stand among them.
+    #[arg(
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        required = true,
+        value_name = "ARGS"
+    )]
+    pub args: Vec<String>,
+}
+
+/// Moves the host's own options (`--deny`, `--ca-file`) out of the
+/// jmux-proxy arguments, wherever they stand: the guest's command line has
+/// no options of those names, so `tether jmux -- PIPE --deny RULE` means
+/// the same as `tether jmux --deny RULE -- PIPE`.
+///
+/// Errors: an option without its value, or a `--deny` rule that does not
+/// parse.
+fn take_host_options(args: &mut JmuxArgs) -> anyhow::Result<()> {
+    let mut rest = Vec::with_capacity(args.args.len());
+    let mut it = std::mem::take(&mut args.args).into_iter();
+    while let Some(arg) = it.next() {
+        let (name, inline) = match arg.split_once('=') {
+            Some((n, v)) => (n.to_string(), Some(v.to_string())),
+            None => (arg.clone(), None),
+        };
+        if name != "--deny" && name != "--ca-file" {
+            rest.push(arg);
+            continue;
+        }
+        let Some(value) = inline.or_else(|| it.next()) else {
+            bail!("{name} needs a value");
+        };
+        if name == "--deny" {
+            args.deny.push(
+                value
+                    .parse()
+                    .map_err(|e| anyhow::anyhow!("--deny {value}: {e}"))?,
+            );
+        } else {
+            args.ca_file.push(PathBuf::from(value));
+        }
+    }
+    args.args = rest;
+    Ok(())
+}
+
+pub async fn jmux(mut args: JmuxArgs) -> anyhow::Result<ExitCode> {
+    let parsed = take_host_options(&mut args).and_then(|()| {
+        tether_jmux::proxy::cli::parse_args(&args.args).map_err(|e| anyhow::anyhow!("{e}"))
+    });
+    let parsed = match parsed {
+        Ok(parsed) => parsed,
+        Err(e) => {
+            // A usage error: exit 2, as clap does for the host's own options.
+            errln!("tether jmux: {e:#}");
+            return Ok(ExitCode::from(2));
+        }
+    };
+    let config = Config {
+        policy: tether_bench::tunnel::policy_for(&parsed, args.deny)?,
+        tls: TlsOptions {
+            system_roots: true,
+            extra_ca_files: args.ca_file,
+        },
+        limits: Limits::default(),
+    };
+    let runner = Runner::new(config, EngineKind::Cranelift)?;
+    let component = runner.compile(tether_guest_artifacts::JMUX)?;
+    let mut guest_args = vec!["jmux".to_string()];
+    guest_args.extend(args.args);
+    let outcome = runner.run(&component, &guest_args, GuestIo::Inherit).await;
+    crate::run::exit_code(outcome.result)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn jmux_args(args: &[&str]) -> JmuxArgs {
+        JmuxArgs {
+            deny: Vec::new(),
+            ca_file: Vec::new(),
+            args: args.iter().map(|a| a.to_string()).collect(),
+        }
+    }
+
+    #[test]
+    fn host_options_may_follow_the_pipe() {
+        let mut args = jmux_args(&[
+            "ws-listen://127.0.0.1:0",
+            "--deny",
+            "10.0.0.0/8:*",
+            "--allow-all",
+            "--ca-file=ca.pem",
+            "--deny=*.internal:22",
+        ]);
+        take_host_options(&mut args).unwrap();
+        assert_eq!(args.args, ["ws-listen://127.0.0.1:0", "--allow-all"]);
+        assert_eq!(args.deny.len(), 2);
+        assert_eq!(args.ca_file, [PathBuf::from("ca.pem")]);
+    }
+
+    #[test]
+    fn a_host_option_without_its_value_is_an_error() {
+        let mut args = jmux_args(&["ws://x/", "--deny"]);
+        let e = take_host_options(&mut args).unwrap_err();
+        assert!(e.to_string().contains("--deny needs a value"), "{e}");
+        let mut args = jmux_args(&["ws://x/", "--deny", "not a rule"]);
+        assert!(take_host_options(&mut args).is_err());
+    }
+}
