@@ -14,9 +14,10 @@ test:
 conformance *ARGS:
     cargo run --release -q -p tether-conformance -- {{ARGS}}
 
-# full benchmark runs (guest vs native in the same run)
+# every benchmark in full (guest vs native in the same run), then
+# target/bench/report.html with the plots and each bench's JSON
 bench:
-    cargo run --release -q -p tether --bin tether -- bench echo
+    cargo run --release -q -p tether --bin tether -- bench all
 
 # run a guest component: just run path/to/guest.wasm --allow 127.0.0.1:* -- args
 run *ARGS:

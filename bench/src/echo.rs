@@ -7,11 +7,13 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use futures_util::{FutureExt, SinkExt, StreamExt};
-use hdrhistogram::Histogram;
 use serde::Serialize;
 use tokio_tungstenite::tungstenite::Message;
 
 use tether_host::runner::{GuestIo, Runner};
+
+use crate::latency::{cdf_us, percentile_us};
+use crate::progress::Progress;
 
 /// The workload: counts and sizes (bytes) of each phase.
 #[derive(Clone, Copy, Debug)]
@@ -258,19 +260,6 @@ async fn pipeline_bulk(ws: &mut Ws, w: &Workload) -> anyhow::Result<(usize, usiz
     pipeline(ws, w.bulk.0, w.bulk.1, w.bulk.2).await
 }
 
-fn histogram(ns: &[u64]) -> Histogram<u64> {
-    let mut h = Histogram::<u64>::new_with_bounds(1, 60_000_000_000, 3).expect("histogram bounds");
-    for &v in ns {
-        h.saturating_record(v.max(1));
-    }
-    h
-}
-
-/// Percentile `q` (0..100) of `ns` samples, in microseconds.
-pub fn percentile_us(ns: &[u64], q: f64) -> f64 {
-    histogram(ns).value_at_quantile(q / 100.0) as f64 / 1000.0
-}
-
 fn rate(p: (usize, usize, Duration)) -> (f64, f64) {
     let secs = p.2.as_secs_f64().max(1e-9);
     (p.0 as f64 / secs, (p.0 * p.1) as f64 / secs / 1e6)
@@ -318,6 +307,10 @@ pub struct Report {
     pub message_bytes: usize,
     /// Size of the large messages, bytes.
     pub bulk_message_bytes: usize,
+    /// Guest round trips as `[percentile, us]` pairs (the report's CDF).
+    pub rtt_us_cdf: Vec<[f64; 2]>,
+    /// Native round trips as `[percentile, us]` pairs.
+    pub native_rtt_us_cdf: Vec<[f64; 2]>,
 }
 
 impl Report {
@@ -351,6 +344,8 @@ impl Report {
             rtt_samples: guest.rtt_ns.len(),
             message_bytes: guest.pipeline.1,
             bulk_message_bytes: guest.bulk.1,
+            rtt_us_cdf: cdf_us(&guest.rtt_ns),
+            native_rtt_us_cdf: cdf_us(&native.rtt_ns),
         }
     }
 
@@ -404,19 +399,25 @@ impl Report {
 }
 
 /// Runs guest and native `rounds` times each, alternating, against `url`,
-/// and pools the samples.
+/// and pools the samples. Each side of each round is a step of `progress`.
 pub async fn compare(
     runner: &Runner,
     component: &wasmtime::component::Component,
     url: &str,
     w: &Workload,
     rounds: usize,
+    progress: &Progress,
 ) -> anyhow::Result<Report> {
     let mut guest = Samples::default();
     let mut native = Samples::default();
-    for _ in 0..rounds.max(1) {
+    let rounds = rounds.max(1);
+    for round in 1..=rounds {
+        progress.phase(&format!("round {round}/{rounds}: guest"));
         guest.merge(guest_ping(runner, component, url, w).await?);
+        progress.inc();
+        progress.phase(&format!("round {round}/{rounds}: native"));
         native.merge(native_ping(url, w).await?);
+        progress.inc();
     }
     Ok(Report::new(&guest, &native))
 }

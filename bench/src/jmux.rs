@@ -25,6 +25,8 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 use serde::Serialize;
 
+use crate::latency::{cdf_us, percentile_us};
+use crate::progress::Progress;
 use crate::tunnel::{Tunnel, free_port};
 use peers::{PeerRuntime, Uploads};
 use tether_host::policy::Policy;
@@ -116,6 +118,14 @@ pub struct Report {
     pub rtt_relay_added_us_p50: f64,
     /// `rtt_relay_us_p99 - rtt_direct_us_p99`.
     pub rtt_relay_added_us_p99: f64,
+    /// Round trips through the tunnel as `[percentile, us]` pairs (the
+    /// report's CDF).
+    pub rtt_tunnel_us_cdf: Vec<[f64; 2]>,
+    /// Direct round trips as `[percentile, us]` pairs.
+    pub rtt_direct_us_cdf: Vec<[f64; 2]>,
+    /// Round trips through the two native relays as `[percentile, us]`
+    /// pairs.
+    pub rtt_relay_us_cdf: Vec<[f64; 2]>,
 }
 
 impl Report {
@@ -198,12 +208,6 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
-fn percentile_us(samples: &mut [u64], p: f64) -> f64 {
-    samples.sort_unstable();
-    let i = ((samples.len() as f64 * p).ceil() as usize).clamp(1, samples.len()) - 1;
-    samples[i] as f64 / 1000.0
-}
-
 fn upload(
     url: &str,
     file: &std::path::Path,
@@ -245,11 +249,21 @@ fn bulk(
     Ok((elapsed, gen_cpu + sink_cpu))
 }
 
-/// Runs the benchmark (blocking; call it off any async runtime thread).
+/// The phases of [`run`], in order (what its progress line shows).
+pub const PHASES: &[&str] = &[
+    "starting the peers and the tunnel",
+    "HTTP/2 and HTTP/1.1 uploads",
+    "round trips",
+    "bulk transfer",
+];
+
+/// Runs the benchmark (blocking; call it off any async runtime thread),
+/// showing each of [`PHASES`] on `progress`.
 ///
 /// Errors: a peer or guest failed to start, curl is missing, an upload
 /// arrived damaged, a transfer lost bytes.
-pub fn run(opts: &Options) -> anyhow::Result<Report> {
+pub fn run(opts: &Options, progress: &Progress) -> anyhow::Result<Report> {
+    progress.phase(PHASES[0]);
     let runner = Arc::new(Runner::new(tunnel_config(), EngineKind::Cranelift)?);
     let component = runner.compile(tether_guest_artifacts::JMUX)?;
     let peers = PeerRuntime::new()?;
@@ -278,6 +292,8 @@ pub fn run(opts: &Options) -> anyhow::Result<Report> {
     )?;
     let via = |port: u16| SocketAddr::from(([127, 0, 0, 1], port));
 
+    progress.inc();
+    progress.phase(PHASES[1]);
     // Uploads, alternating paths so drift hits both alike.
     let size = opts.upload_bytes;
     let (mut h2_t, mut h2_d, mut h1_t, mut h1_d) = (vec![], vec![], vec![], vec![]);
@@ -312,16 +328,20 @@ pub fn run(opts: &Options) -> anyhow::Result<Report> {
         )?);
     }
 
+    progress.inc();
+    progress.phase(PHASES[2]);
     // Round trips.
     let warmup = opts.round_trips / 10 + 10;
-    let mut direct = peers::round_trips(echo, warmup, opts.round_trips, 64)?;
-    let mut relayed = {
+    let direct = peers::round_trips(echo, warmup, opts.round_trips, 64)?;
+    let relayed = {
         let second = peers::relay(echo)?;
         let first = peers::relay(second.addr())?;
         peers::round_trips(first.addr(), warmup, opts.round_trips, 64)?
     };
-    let mut tunneled = peers::round_trips(via(ports[2]), warmup, opts.round_trips, 64)?;
+    let tunneled = peers::round_trips(via(ports[2]), warmup, opts.round_trips, 64)?;
 
+    progress.inc();
+    progress.phase(PHASES[3]);
     // Bulk: a warm-up through the tunnel, then direct, then measured.
     bulk(via(ports[3]), &sink_rx, (16 << 20).min(opts.bulk_bytes))?;
     let (direct_elapsed, _) = bulk(sink, &sink_rx, opts.bulk_bytes)?;
@@ -331,22 +351,17 @@ pub fn run(opts: &Options) -> anyhow::Result<Report> {
         .saturating_sub(cpu0)
         .saturating_sub(load_cpu);
     drop(tunnel);
+    progress.inc();
 
     let mb = opts.bulk_bytes as f64 / 1e6;
     let (h2_upload_s, h2_direct_s) = (median(h2_t), median(h2_d));
     let (h1_upload_s, h1_direct_s) = (median(h1_t), median(h1_d));
-    let (d50, d99) = (
-        percentile_us(&mut direct, 0.5),
-        percentile_us(&mut direct, 0.99),
-    );
+    let (d50, d99) = (percentile_us(&direct, 50.0), percentile_us(&direct, 99.0));
     let (t50, t99) = (
-        percentile_us(&mut tunneled, 0.5),
-        percentile_us(&mut tunneled, 0.99),
+        percentile_us(&tunneled, 50.0),
+        percentile_us(&tunneled, 99.0),
     );
-    let (r50, r99) = (
-        percentile_us(&mut relayed, 0.5),
-        percentile_us(&mut relayed, 0.99),
-    );
+    let (r50, r99) = (percentile_us(&relayed, 50.0), percentile_us(&relayed, 99.0));
     Ok(Report {
         upload_bytes: size,
         h2_upload_s,
@@ -369,5 +384,8 @@ pub fn run(opts: &Options) -> anyhow::Result<Report> {
         rtt_relay_us_p99: r99,
         rtt_relay_added_us_p50: r50 - d50,
         rtt_relay_added_us_p99: r99 - d99,
+        rtt_tunnel_us_cdf: cdf_us(&tunneled),
+        rtt_direct_us_cdf: cdf_us(&direct),
+        rtt_relay_us_cdf: cdf_us(&relayed),
     })
 }

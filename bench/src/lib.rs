@@ -8,6 +8,9 @@
 //! - [`jmux`]: `tether bench jmux` (a two-guest JMUX tunnel vs direct, and
 //!   two native relays as the floor).
 //!
+//! [`report`] draws every bench's JSON as `target/bench/report.html` with
+//! SVG plots; [`progress`] is the progress line of long runs.
+//!
 //! The native peers, each on its own thread and runtime ([`local_server`]):
 //! - [`echo_server`]: a tokio-tungstenite WebSocket echo server;
 //! - [`quic_peer`]: the native QUIC client and server (quinn-proto);
@@ -18,7 +21,10 @@
 pub mod echo;
 pub mod echo_server;
 pub mod jmux;
+pub mod latency;
 pub mod local_server;
+pub mod progress;
 pub mod quic;
 pub mod quic_peer;
+pub mod report;
 pub mod tunnel;

@@ -21,7 +21,8 @@ use serde::Serialize;
 use tether_quic::{Identity, Options, Phase};
 use wasmtime::component::Component;
 
-use crate::echo::percentile_us;
+use crate::latency::{cdf_us, percentile_us};
+use crate::progress::Progress;
 use crate::quic_peer::{self as peer, ClientRun, Faults, NativeServer};
 use tether_host::policy::Policy;
 use tether_host::runner::{EngineKind, GuestIo, Runner};
@@ -99,6 +100,8 @@ pub struct PairingReport {
     pub handshakes: usize,
     /// Round trips measured.
     pub rtt_samples: usize,
+    /// Round trips as `[percentile, us]` pairs (the report's CDF).
+    pub rtt_us_cdf: Vec<[f64; 2]>,
 }
 
 /// The whole run. Headline fields are the guest client against the native
@@ -170,6 +173,13 @@ impl Report {
     }
 }
 
+fn side_name(side: Side) -> &'static str {
+    match side {
+        Side::Guest => "guest",
+        Side::Native => "native",
+    }
+}
+
 fn to_ns(d: &[Duration]) -> Vec<u64> {
     d.iter().map(|d| d.as_nanos() as u64).collect()
 }
@@ -180,19 +190,7 @@ fn summarize(
     run: &ClientRun,
     w: &Workload,
 ) -> anyhow::Result<PairingReport> {
-    let name = format!(
-        "{}->{}",
-        if client == Side::Guest {
-            "guest"
-        } else {
-            "native"
-        },
-        if server == Side::Guest {
-            "guest"
-        } else {
-            "native"
-        }
-    );
+    let name = format!("{}->{}", side_name(client), side_name(server));
     if let Some((kind, message)) = &run.error {
         bail!("{name}: the client failed ({kind}): {message}");
     }
@@ -223,6 +221,7 @@ fn summarize(
         bulk_mb_per_s: bytes as f64 / elapsed.as_secs_f64().max(1e-9) / 1e6,
         handshakes: handshakes.len(),
         rtt_samples: rtt.len(),
+        rtt_us_cdf: cdf_us(rtt),
     })
 }
 
@@ -411,8 +410,13 @@ pub async fn run_pairing(
 /// `mtu` is the initial datagram size, bytes: 1200 (the default, QUIC's
 /// minimum) or more, up to 16383, since a message stream carries any size;
 /// `max_mtu` is the largest size path MTU discovery may reach (equal to
-/// `mtu`: discovery off).
-pub async fn run(w: &Workload, mtu: u16, max_mtu: u16) -> anyhow::Result<Report> {
+/// `mtu`: discovery off). Each pairing is a step of `progress`.
+pub async fn run(
+    w: &Workload,
+    mtu: u16,
+    max_mtu: u16,
+    progress: &Progress,
+) -> anyhow::Result<Report> {
     let runner = Arc::new(Runner::new(local_config(), EngineKind::Cranelift)?);
     let component = runner.compile(tether_guest_artifacts::QUIC_ECHO)?;
     let identity = Identity::generate(&[tether_quic::DEFAULT_SERVER_NAME])?;
@@ -430,6 +434,7 @@ pub async fn run(w: &Workload, mtu: u16, max_mtu: u16) -> anyhow::Result<Report>
         (Side::Native, Side::Guest),
         (Side::Guest, Side::Guest),
     ] {
+        progress.phase(&format!("{} -> {}", side_name(client), side_name(server)));
         let run = run_pairing(
             &runner,
             &component,
@@ -442,6 +447,7 @@ pub async fn run(w: &Workload, mtu: u16, max_mtu: u16) -> anyhow::Result<Report>
         )
         .await?;
         pairings.push(summarize(client, server, &run, w)?);
+        progress.inc();
     }
     let mut report = Report {
         handshake_ms_p50: 0.0,

@@ -1,11 +1,15 @@
-//! `tether bench echo|quic|jmux`: guest against native code in one run.
+//! `tether bench echo|quic|jmux|all|report`: guest against native code in
+//! one run; `all` runs every bench and writes `target/bench/report.html`.
 
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::{Args, Subcommand};
 use tether_bench::echo::{self as echo, Workload};
 use tether_bench::echo_server::EchoServer;
+use tether_bench::progress::Progress;
+use tether_bench::report::{self, Meta};
 use tether_host::Config;
 use tether_host::policy::{Policy, Rule};
 use tether_host::runner::{EngineKind, Runner};
@@ -22,6 +26,29 @@ pub enum BenchCommand {
     /// A two-guest JMUX tunnel vs direct: HTTP/2 and HTTP/1.1 uploads, bulk
     /// MB/s and CPU per GB, added round trip.
     Jmux(BenchJmuxArgs),
+    /// Every bench above in turn; writes each one's JSON, meta.json and
+    /// report.html (plots as SVG) into --out.
+    All(BenchAllArgs),
+    /// Draws report.html and its SVGs again from the JSON files in --dir.
+    Report(BenchReportArgs),
+}
+
+#[derive(Args)]
+pub struct BenchAllArgs {
+    /// Short smoke runs of every bench (CI).
+    #[arg(long)]
+    pub quick: bool,
+    /// Where the JSON files, the SVGs and report.html go.
+    #[arg(long, default_value = "target/bench", value_name = "DIR")]
+    pub out: PathBuf,
+}
+
+#[derive(Args)]
+pub struct BenchReportArgs {
+    /// The folder with echo.json, quic.json, jmux.json (any of them) and
+    /// meta.json; report.html and the SVGs are written there.
+    #[arg(long, default_value = "target/bench", value_name = "DIR")]
+    pub dir: PathBuf,
 }
 
 #[derive(Args)]
@@ -80,13 +107,7 @@ fn mtu_range() -> clap::builder::RangedI64ValueParser<u16> {
 pub async fn bench(command: BenchCommand) -> anyhow::Result<ExitCode> {
     match command {
         BenchCommand::Jmux(args) => {
-            use tether_bench::jmux as jb;
-            let opts = if args.quick {
-                jb::Options::quick()
-            } else {
-                jb::Options::full()
-            };
-            let report = tokio::task::spawn_blocking(move || jb::run(&opts)).await??;
+            let report = run_jmux(args.quick).await?;
             if args.json {
                 outln!("{}", serde_json::to_string(&report)?);
             } else {
@@ -96,13 +117,7 @@ pub async fn bench(command: BenchCommand) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         BenchCommand::Quic(args) => {
-            use tether_bench::quic;
-            let workload = if args.quick {
-                quic::Workload::quick()
-            } else {
-                quic::Workload::bench()
-            };
-            let report = quic::run(&workload, args.mtu, args.max_mtu).await?;
+            let (workload, report) = run_quic(args.quick, args.mtu, args.max_mtu).await?;
             if args.json {
                 outln!("{}", serde_json::to_string(&report)?);
             } else {
@@ -118,17 +133,11 @@ pub async fn bench(command: BenchCommand) -> anyhow::Result<ExitCode> {
                 );
                 outln!("{}", report.table());
             }
-            quic::check_guard(&report)?;
+            tether_bench::quic::check_guard(&report)?;
             Ok(ExitCode::SUCCESS)
         }
         BenchCommand::Echo(args) => {
-            let (server, url) = server_and_url(args.url)?;
-            let workload = if args.quick {
-                Workload::quick()
-            } else {
-                Workload::bench()
-            };
-            let report = compare(&url, &workload, args.rounds).await?;
+            let (url, report) = run_echo(args.quick, args.rounds, args.url).await?;
             if args.json {
                 outln!("{}", serde_json::to_string(&report)?);
             } else {
@@ -139,12 +148,101 @@ pub async fn bench(command: BenchCommand) -> anyhow::Result<ExitCode> {
                 );
                 outln!("{}", report.table());
             }
-            drop(server);
+            Ok(ExitCode::SUCCESS)
+        }
+        BenchCommand::All(args) => all(args).await,
+        BenchCommand::Report(args) => {
+            let rendered = report::render(&args.dir)?;
+            outln!("{}", rendered.page.display());
             Ok(ExitCode::SUCCESS)
         }
     }
 }
 
+/// `tether bench all`: echo, QUIC and JMUX in turn, each one's JSON next
+/// to meta.json, then the report. A failed bench stops the run (its
+/// error names it); the JSON of the benches before it stays.
+async fn all(args: BenchAllArgs) -> anyhow::Result<ExitCode> {
+    let quick = if args.quick { " --quick" } else { "" };
+    let mut meta = Meta::now();
+    let dir = &args.out;
+    // Results of an earlier run must not mix into this report.
+    for (name, _) in report::BENCHES {
+        let _ = std::fs::remove_file(dir.join(format!("{name}.json")));
+    }
+    let rounds = if args.quick { 1 } else { 3 };
+    let (_, echo) = run_echo(args.quick, rounds, None).await?;
+    meta.commands
+        .push(format!("tether bench echo --json --rounds {rounds}{quick}"));
+    report::write_json(dir, "echo", &echo)?;
+    let (_, quic) = run_quic(args.quick, tether_quic::DEFAULT_MTU, tether_quic::MAX_MTU).await?;
+    meta.commands
+        .push(format!("tether bench quic --json{quick}"));
+    report::write_json(dir, "quic", &quic)?;
+    let jmux = run_jmux(args.quick).await?;
+    meta.commands
+        .push(format!("tether bench jmux --json{quick}"));
+    report::write_json(dir, "jmux", &jmux)?;
+    report::write_json(dir, "meta", &meta)?;
+    let rendered = report::render(dir)?;
+    outln!("{}", rendered.page.display());
+    tether_bench::quic::check_guard(&quic)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn run_jmux(quick: bool) -> anyhow::Result<tether_bench::jmux::Report> {
+    use tether_bench::jmux as jb;
+    let opts = if quick {
+        jb::Options::quick()
+    } else {
+        jb::Options::full()
+    };
+    let progress = Progress::new("bench jmux", jb::PHASES.len() as u64);
+    let p = progress.clone();
+    let report = tokio::task::spawn_blocking(move || jb::run(&opts, &p)).await?;
+    progress.finish();
+    report
+}
+
+async fn run_quic(
+    quick: bool,
+    mtu: u16,
+    max_mtu: u16,
+) -> anyhow::Result<(tether_bench::quic::Workload, tether_bench::quic::Report)> {
+    use tether_bench::quic;
+    let workload = if quick {
+        quic::Workload::quick()
+    } else {
+        quic::Workload::bench()
+    };
+    let progress = Progress::new("bench quic", 4);
+    let report = quic::run(&workload, mtu, max_mtu, &progress).await;
+    progress.finish();
+    Ok((workload, report?))
+}
+
+async fn run_echo(
+    quick: bool,
+    rounds: usize,
+    url: Option<String>,
+) -> anyhow::Result<(String, echo::Report)> {
+    let (server, url) = server_and_url(url)?;
+    let workload = if quick {
+        Workload::quick()
+    } else {
+        Workload::bench()
+    };
+    let progress = Progress::new("bench echo", 2 * rounds as u64);
+    let report = compare(&url, &workload, rounds, &progress).await;
+    progress.finish();
+    drop(server);
+    Ok((url, report?))
+}
+
+/// The echo server to measure against: `url`, or an embedded one (kept
+/// running while the returned handle lives).
+///
+/// Errors: the embedded server could not start.
 pub fn server_and_url(url: Option<String>) -> anyhow::Result<(Option<EchoServer>, String)> {
     Ok(match url {
         Some(u) => (None, u),
@@ -156,10 +254,15 @@ pub fn server_and_url(url: Option<String>) -> anyhow::Result<(Option<EchoServer>
     })
 }
 
+/// The echo guest and the native client against `url`, `rounds` times
+/// each, alternating (the host may dial `url`'s host and port only).
+///
+/// Errors: a bad URL, or a side failed.
 pub async fn compare(
     url: &str,
     workload: &Workload,
     rounds: usize,
+    progress: &Progress,
 ) -> anyhow::Result<echo::Report> {
     let target = tether_host::websocket::parse_ws_url(url)
         .map_err(|e| anyhow::anyhow!("{}", tether_host::bindings::describe(&e)))?;
@@ -177,5 +280,5 @@ pub async fn compare(
     };
     let runner = Runner::new(config, EngineKind::Cranelift)?;
     let component = runner.compile(tether_guest_artifacts::ECHO)?;
-    echo::compare(&runner, &component, url, workload, rounds).await
+    echo::compare(&runner, &component, url, workload, rounds, progress).await
 }

@@ -5,6 +5,7 @@ use std::process::ExitCode;
 
 use clap::Args;
 use tether_bench::echo::Workload;
+use tether_bench::progress::Progress;
 
 use crate::bench::{compare, server_and_url};
 
@@ -31,7 +32,10 @@ pub async fn demo(args: DemoArgs) -> anyhow::Result<ExitCode> {
             ""
         }
     );
-    let report = compare(&url, &Workload::demo(), 1).await?;
+    let progress = Progress::new("demo", 2);
+    let report = compare(&url, &Workload::demo(), 1, &progress).await;
+    progress.finish();
+    let report = report?;
     outln!("\n{}", report.table());
     outln!(
         "guest/native round-trip ratio p50: {:.2}x (target: at most 1.3x)",

@@ -12,6 +12,7 @@ use tether_host::runner::{EngineKind, GuestIo, Runner};
 use tether_host::{Config, Limits, TlsOptions};
 
 #[derive(Args)]
+#[command(after_help = tether_jmux::proxy::cli::USAGE)]
 pub struct JmuxArgs {
     /// Never dial HOST:PORT (repeatable), whatever the arguments allow.
     #[arg(long = "deny", value_name = "RULE")]

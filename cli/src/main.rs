@@ -34,11 +34,27 @@ mod demo;
 mod jmux;
 mod run;
 
+/// What `tether --help` adds below the commands: every engine and every
+/// listener form, so that nobody has to open a subcommand's help for them.
+const OVERVIEW: &str = "Engines (--engine of run):
+  wasmtime          Cranelift, on-demand allocation (default)
+  wasmtime-winch    the Winch baseline compiler
+  wasmtime-pooling  Cranelift with the pooling instance allocator
+
+Rules (--allow, --deny): HOST:PORT, HOST = name | *.suffix | * | IP | [IPv6] | CIDR,
+  PORT = number | LO-HI | *. Listen rules (--listen): the same with an IP, CIDR or * host.
+
+Listeners of tether jmux (jetsocat's jmux-proxy forms):
+  pipe:      ws://URL | wss://URL | ws-listen://BIND | tcp://HOST:PORT | tcp-listen://BIND
+  listener:  tcp-listen://BIND/HOST:PORT | socks5-listen://BIND | http-listen://BIND
+  BIND is ip:port (port 0: ephemeral)";
+
 #[derive(Parser)]
 #[command(
     name = "tether",
     version,
-    about = "A WebAssembly component host for message streams"
+    about = "A WebAssembly component host for message streams",
+    after_help = OVERVIEW
 )]
 struct Cli {
     #[command(subcommand)]

@@ -160,3 +160,43 @@ fn closed_port() -> u16 {
     let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     l.local_addr().unwrap().port()
 }
+
+#[test]
+fn help_lists_every_engine_and_every_listener_form() {
+    let help = |args: &[&str]| {
+        let out = tether().args(args).output().unwrap();
+        assert!(out.status.success(), "{args:?}");
+        String::from_utf8(out.stdout).unwrap()
+    };
+    // The engines, as clap knows them from the `--engine` value enum.
+    let run = help(&["run", "--help"]);
+    let engines: Vec<String> = run
+        .lines()
+        .skip_while(|l| !l.contains("--engine"))
+        .skip_while(|l| !l.contains("Possible values"))
+        .skip(1)
+        .take_while(|l| l.trim_start().starts_with("- "))
+        .map(|l| l.trim_start()[2..].split(':').next().unwrap().to_string())
+        .collect();
+    assert!(engines.len() >= 3, "no engines in `run --help`: {run}");
+    let top = help(&["--help"]);
+    for engine in &engines {
+        assert!(
+            top.contains(engine.as_str()),
+            "`tether --help` lacks {engine}"
+        );
+    }
+    let jmux = help(&["jmux", "--help"]);
+    for form in [
+        "ws://",
+        "wss://",
+        "ws-listen://",
+        "tcp://",
+        "tcp-listen://",
+        "socks5-listen://",
+        "http-listen://",
+    ] {
+        assert!(top.contains(form), "`tether --help` lacks {form}");
+        assert!(jmux.contains(form), "`tether jmux --help` lacks {form}");
+    }
+}

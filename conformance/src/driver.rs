@@ -11,6 +11,7 @@ use tether_host::{Config, Limits, TlsOptions};
 
 use crate::cases::{Case, Expect, HostVariant};
 use crate::peer::Peer;
+use tether_bench::progress::Progress;
 
 /// The ways the suite runs guests.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -256,14 +257,26 @@ fn judge(case: &Case, report: &RunReport) -> (bool, String) {
 }
 
 /// Runs `cases` on `target` one after the other, printing failures as they
-/// happen.
-pub async fn run_target(target: Target, cases: &[&'static Case], peer: &Peer) -> Vec<Record> {
+/// happen; each case is a step of `progress`.
+pub async fn run_target(
+    target: Target,
+    cases: &[&'static Case],
+    peer: &Peer,
+    progress: &Progress,
+) -> Vec<Record> {
     let mut records = Vec::with_capacity(cases.len());
     for case in cases {
+        progress.phase(&format!("{}: {}", target.name(), case.name));
         let record = run_case(target, case, peer).await;
         if !record.passed() {
-            eprintln!("  {} {}: FAIL {}", target.name(), case.name, record.message);
+            progress.println(&format!(
+                "  {} {}: FAIL {}",
+                target.name(),
+                case.name,
+                record.message
+            ));
         }
+        progress.inc();
         records.push(record);
     }
     records

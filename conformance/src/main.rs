@@ -20,6 +20,8 @@ use std::io::Write as _;
 use std::process::ExitCode;
 use std::time::Instant;
 
+use tether_bench::progress::Progress;
+
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
 
@@ -139,9 +141,10 @@ async fn run_one_target(
     cases: &[&'static cases::Case],
     peer: &peer::Peer,
     write: bool,
+    progress: &Progress,
 ) -> anyhow::Result<bool> {
     let t0 = Instant::now();
-    let records = driver::run_target(target, cases, peer).await;
+    let records = driver::run_target(target, cases, peer, progress).await;
     let failed = records.iter().filter(|r| !r.passed()).count();
     let declared = matrix::known_failures(target.name())?;
     let surprises: Vec<String> = records
@@ -149,7 +152,7 @@ async fn run_one_target(
         .filter(|r| r.passed() == declared.contains_key(&r.name))
         .map(|r| r.name.clone())
         .collect();
-    eprintln!(
+    progress.println(&format!(
         "{}: {} cases, {} pass, {failed} fail ({:.1} s){}",
         target.name(),
         records.len(),
@@ -160,7 +163,7 @@ async fn run_one_target(
         } else {
             format!("; not as declared: {}", surprises.join(", "))
         }
-    );
+    ));
     if write {
         std::fs::create_dir_all(results_dir())?;
         let mut out = std::fs::File::create(results_file(target.name()))?;
@@ -183,22 +186,28 @@ async fn run(args: RunArgs) -> anyhow::Result<bool> {
     matrix::check_lock(false)?;
     let cases = selected(&args.cases)?;
     let peer = peer::Peer::start(&results_dir().join("peer"))?;
-    run_one_target(target, &cases, &peer, args.cases.is_empty()).await
+    let progress = Progress::new("conformance", cases.len() as u64);
+    let ok = run_one_target(target, &cases, &peer, args.cases.is_empty(), &progress).await;
+    progress.finish();
+    ok
 }
 
 async fn all(args: AllArgs) -> anyhow::Result<bool> {
     matrix::check_lock(args.bless)?;
     let t0 = Instant::now();
     let cases = selected(&[])?;
+    let progress = Progress::new("conformance", (TARGETS.len() * cases.len()) as u64);
     {
         let peer = peer::Peer::start(&results_dir().join("peer"))?;
         for target in TARGETS {
-            run_one_target(*target, &cases, &peer, true).await?;
+            run_one_target(*target, &cases, &peer, true, &progress).await?;
         }
     }
     if !args.skip_autobahn {
+        progress.phase("Autobahn|Testsuite, both ways");
         autobahn::run(false).await;
     }
+    progress.finish();
     let ok = aggregate(&args)?;
     eprintln!("conformance run took {:.1} s", t0.elapsed().as_secs_f64());
     Ok(ok)
