@@ -64,5 +64,5 @@ pub use codec::{
 };
 pub use sender::{FlushReason, PushError, Sender, SenderConfig};
 pub use session::{
-    ChannelError, Config, ConfigError, DropReason, Event, Session, SessionError, Stats,
+    ChannelError, Config, ConfigError, DropReason, Event, MIN_WINDOW, Session, SessionError, Stats,
 };

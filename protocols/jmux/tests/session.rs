@@ -7,8 +7,8 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use tether_jmux::{
     ChannelError, ChannelId, ChannelState, Config, DATA_OVERHEAD, DecodeError, Decoder,
-    Destination, DestinationErrorKind, DropReason, Event, Message, MessageType, ReasonCode,
-    SenderConfig, Session, SessionError,
+    Destination, DestinationErrorKind, DropReason, Event, MIN_WINDOW, Message, MessageType,
+    ReasonCode, SenderConfig, Session, SessionError,
 };
 
 const US: Duration = Duration::from_micros(1);
@@ -1220,12 +1220,13 @@ fn adjusts(h: &mut Harness) -> Vec<(u32, u32)> {
 
 /// Window and budget of the budget tests: room for two full windows.
 const BW: u32 = 64 * 1024;
-/// One maximum-size DATA payload (4096-byte packets).
-const BFLOOR: u32 = 4096 - DATA_OVERHEAD as u32;
+/// The window floor: [`MIN_WINDOW`], more than one maximum-size DATA
+/// payload of 4096-byte packets.
+const BFLOOR: u32 = MIN_WINDOW;
 
 /// A session whose receive budget holds two 64 KiB windows (adjusts past
 /// 1 KiB), with three channels open to remote ids 10, 11, 12: the first
-/// two got full windows, the third one payload.
+/// two got full windows, the third the floor.
 fn two_windows_and_a_payload() -> (Harness, [ChannelId; 3]) {
     let mut h = Harness::new(Config {
         initial_window: BW,
@@ -1237,7 +1238,7 @@ fn two_windows_and_a_payload() -> (Harness, [ChannelId; 3]) {
     let (b, wb) = open_granting(&mut h, 11);
     let (c, wc) = open_granting(&mut h, 12);
     assert_eq!((wa, wb), (BW, BW), "room for two full windows");
-    assert_eq!(wc, BFLOOR, "no room left: one maximum-size payload");
+    assert_eq!(wc, BFLOOR, "no room left: the floor");
     (h, [a, b, c])
 }
 
@@ -1263,7 +1264,7 @@ fn receive_budget_bounds_new_windows_and_adjusts() {
     drain(&mut h, b);
     assert_eq!(adjusts(&mut h), vec![(11, W)]);
 
-    // With the budget spent, c still gets topped up to one payload.
+    // With the budget spent, c still gets topped up to the floor.
     fill(&mut h, c, FLOOR as usize);
     drain(&mut h, c);
     assert_eq!(adjusts(&mut h), vec![(12, FLOOR)]);
@@ -1291,7 +1292,7 @@ fn receive_budget_bounds_new_windows_and_adjusts() {
 #[test]
 fn buffered_input_stays_within_the_budget_under_any_reading_pattern() {
     const W: u32 = 32 * 1024;
-    const FLOOR: u64 = (4096 - DATA_OVERHEAD) as u64;
+    const FLOOR: u64 = MIN_WINDOW as u64;
     let budget = 3 * u64::from(W);
     let mut h = Harness::new(Config {
         initial_window: W,
@@ -1406,7 +1407,7 @@ fn a_peer_eof_returns_its_unused_window_to_the_budget() {
     let (mut h, [a, b, _]) = two_windows_and_a_payload();
     fill(&mut h, a, W as usize);
     drain(&mut h, a);
-    // b's unused 64 KiB and c's payload still count: a waits for FLOOR.
+    // b's unused 64 KiB and c's floor still count: a waits for FLOOR.
     assert_eq!(adjusts(&mut h), vec![(10, W - FLOOR)]);
     // b's peer finishes without sending: its window no longer counts,
     // and a's waiting grant goes out without a's reading anything more.
@@ -1418,29 +1419,27 @@ fn a_peer_eof_returns_its_unused_window_to_the_budget() {
     assert_eq!(adjusts(&mut h), vec![(10, FLOOR)]);
 }
 
-#[test]
-fn an_accepted_channel_gets_the_budgeted_window_in_open_success() {
-    const W: u32 = 64 * 1024;
-    let mut h = Harness::new(Config {
-        initial_window: W,
-        receive_budget: u64::from(W),
-        ..Config::default()
-    });
-    let open = |sender: u32| Message::Open {
-        sender_channel_id: sender,
-        initial_window_size: 1 << 20,
-        maximum_packet_size: 4096,
-        destination_url: "tcp://10.0.0.1:80".into(),
-    };
-    h.feed(&[open(7), open(8)]).unwrap();
+/// The peer opens a channel from each of `senders` (with a 1 MiB window);
+/// every one is accepted. Returns (recipient id, window) of each OPEN
+/// SUCCESS.
+fn accept_opens(h: &mut Harness, senders: &[u32]) -> Vec<(u32, u32)> {
+    let opens: Vec<Message> = senders
+        .iter()
+        .map(|&sender| Message::Open {
+            sender_channel_id: sender,
+            initial_window_size: 1 << 20,
+            maximum_packet_size: 4096,
+            destination_url: "tcp://10.0.0.1:80".into(),
+        })
+        .collect();
+    h.feed(&opens).unwrap();
     for ev in h.events() {
         let Event::OpenRequest { id, .. } = ev else {
             panic!("expected OPEN requests, got {ev:?}");
         };
         h.s.accept(id).unwrap();
     }
-    let windows: Vec<(u32, u32)> = h
-        .output()
+    h.output()
         .into_iter()
         .map(|m| match m {
             Message::OpenSuccess {
@@ -1450,6 +1449,52 @@ fn an_accepted_channel_gets_the_budgeted_window_in_open_success() {
             } => (recipient_channel_id, initial_window_size),
             other => panic!("expected OPEN SUCCESS, got {other:?}"),
         })
+        .collect()
+}
+
+#[test]
+fn an_accepted_channel_gets_the_budgeted_window_in_open_success() {
+    const W: u32 = 64 * 1024;
+    let mut h = Harness::new(Config {
+        initial_window: W,
+        receive_budget: u64::from(W),
+        ..Config::default()
+    });
+    let windows = accept_opens(&mut h, &[7, 8]);
+    assert_eq!(windows, vec![(7, W), (8, MIN_WINDOW)]);
+}
+
+/// The reference (jetsocat, Devolutions Gateway) takes an opener's initial
+/// window as its own receive window (and echoes it in OPEN SUCCESS), and
+/// sends WINDOW ADJUST only once *more than* 4096 bytes of that window were
+/// consumed. A window of 4096 bytes or less therefore stalls a channel to
+/// it for good: every window we grant, in OPEN and in OPEN SUCCESS, budget
+/// spent or not, must exceed that. (Through a Tether client and a jetsocat
+/// server, 35 of 100 concurrent channels stalled when past the budget they
+/// were opened with one 4088-byte payload.)
+#[test]
+fn every_window_granted_exceeds_the_reference_adjust_threshold() {
+    const REFERENCE_ADJUST_THRESHOLD: u32 = 4096;
+    const W: u32 = 64 * 1024;
+    let mut h = Harness::new(Config {
+        initial_window: W,
+        receive_budget: u64::from(W),
+        ..Config::default()
+    });
+    // As the opener: the first channel takes the whole budget.
+    let mut windows: Vec<(String, u32)> = (0..3)
+        .map(|r| (format!("OPEN {r}"), open_granting(&mut h, r).1))
         .collect();
-    assert_eq!(windows, vec![(7, W), (8, 4096 - DATA_OVERHEAD as u32)]);
+    // As the acceptor, with the budget spent.
+    for (remote, window) in accept_opens(&mut h, &[7, 8]) {
+        windows.push((format!("OPEN SUCCESS {remote}"), window));
+    }
+    assert_eq!(windows.len(), 5, "{windows:?}");
+    assert_eq!(windows[0].1, W);
+    for (what, window) in &windows {
+        assert!(
+            *window > REFERENCE_ADJUST_THRESHOLD,
+            "{what} granted {window} bytes: the reference never adjusts such a window"
+        );
+    }
 }
