@@ -6,7 +6,8 @@
 //! - [`quic`]: `tether bench quic` (QUIC over message streams, every
 //!   guest/native pairing);
 //! - [`jmux`]: `tether bench jmux` (a two-guest JMUX tunnel vs direct, and
-//!   two native relays as the floor).
+//!   two native relays as the floor; with `--vs jetsocat`, pairs of `tether
+//!   jmux` and `jetsocat jmux-proxy` processes side by side).
 //!
 //! [`report`] draws every bench's JSON as `target/bench/report.html` with
 //! SVG plots; [`progress`] is the progress line of long runs.
@@ -15,8 +16,10 @@
 //! - [`echo_server`]: a tokio-tungstenite WebSocket echo server;
 //! - [`quic_peer`]: the native QUIC client and server (quinn-proto);
 //! - [`jmux::peers`]: TCP echo, relays, HTTP/1.1 and HTTP/2 upload sinks;
-//! - [`tunnel`]: JMUX guests on their own threads, a two-guest tunnel, and
-//!   the host policy `tether jmux` derives from a `jmux-proxy` command line.
+//! - [`jmux::pair`]: a JMUX pipe between two proxies, each a guest in this
+//!   process, a `tether jmux` process or a `jetsocat jmux-proxy` process;
+//! - [`tunnel`]: JMUX guests on their own threads, ports, and the host
+//!   policy `tether jmux` derives from a `jmux-proxy` command line.
 
 pub mod echo;
 pub mod echo_server;

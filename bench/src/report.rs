@@ -126,6 +126,8 @@ fn color_of(label: &str) -> RGBColor {
         RGBColor(44, 160, 44)
     } else if l.starts_with("native") {
         RGBColor(255, 127, 14)
+    } else if l.contains("processes") {
+        RGBColor(23, 190, 207)
     } else {
         RGBColor(31, 119, 180)
     }
@@ -406,6 +408,7 @@ fn jmux_plots(v: &Value) -> anyhow::Result<Vec<Plot>> {
     let mut plots = Vec::new();
     let lines: Vec<Series> = [
         series("Tether tunnel", cdf(v, "rtt_tunnel_us_cdf")),
+        series("Tether, 2 processes", cdf(v, "tether_procs_rtt_us_cdf")),
         series("jetsocat tunnel", cdf(v, "jetsocat_rtt_us_cdf")),
         series("two native relays", cdf(v, "rtt_relay_us_cdf")),
         series("direct", cdf(v, "rtt_direct_us_cdf")),
@@ -422,27 +425,35 @@ fn jmux_plots(v: &Value) -> anyhow::Result<Vec<Plot>> {
         });
     }
     let ms = |key: &str| num(v, key).map(|s| s * 1000.0);
+    let mib = num(v, "upload_bytes").map_or(8.0, |b| b / f64::from(1 << 20));
+    let (h2_title, h1_title) = (
+        format!("HTTP/2 upload {mib} MiB (ms)"),
+        format!("HTTP/1.1 upload {mib} MiB (ms)"),
+    );
     let panels: Vec<Panel> = [
         panel(
             "bulk (MB/s)",
             vec![
                 ("Tether", num(v, "bulk_mb_per_s")),
+                ("Tether, 2 processes", num(v, "tether_procs_bulk_mb_per_s")),
                 ("jetsocat", num(v, "jetsocat_bulk_mb_per_s")),
                 ("direct", num(v, "bulk_direct_mb_per_s")),
             ],
         ),
         panel(
-            "HTTP/2 upload 8 MiB (ms)",
+            &h2_title,
             vec![
                 ("Tether", ms("h2_upload_s")),
+                ("Tether, 2 processes", ms("tether_procs_h2_upload_s")),
                 ("jetsocat", ms("jetsocat_h2_upload_s")),
                 ("direct", ms("h2_direct_s")),
             ],
         ),
         panel(
-            "HTTP/1.1 upload 8 MiB (ms)",
+            &h1_title,
             vec![
                 ("Tether", ms("h1_upload_s")),
+                ("Tether, 2 processes", ms("tether_procs_h1_upload_s")),
                 ("jetsocat", ms("jetsocat_h1_upload_s")),
                 ("direct", ms("h1_direct_s")),
             ],
@@ -451,6 +462,7 @@ fn jmux_plots(v: &Value) -> anyhow::Result<Vec<Plot>> {
             "CPU per GB relayed (s)",
             vec![
                 ("Tether", num(v, "cpu_s_per_gb")),
+                ("Tether, 2 processes", num(v, "tether_procs_cpu_s_per_gb")),
                 ("jetsocat", num(v, "jetsocat_cpu_s_per_gb")),
             ],
         ),

@@ -1,11 +1,12 @@
 //! Host-side helpers for the JMUX proxy guest (`guests/jmux`): the host
 //! policy that `tether jmux` derives from a `jmux-proxy` command line, guests
-//! on their own threads that can be stopped, and a two-guest tunnel over a
-//! `ws://` loopback pipe (used by `tether bench jmux` and the tests).
+//! on their own threads that can be stopped, and ports: free ones, and
+//! waiting for a listener without connecting to it. A pipe between two
+//! proxies (guests, `tether jmux` or jetsocat processes) is
+//! [`crate::jmux::pair::Pair`].
 
 use std::net::{SocketAddr, TcpListener};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -80,7 +81,6 @@ pub fn policy_for(args: &ProxyArgs, deny: Vec<Rule>) -> anyhow::Result<Policy> {
 pub struct GuestThread {
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     thread: Option<JoinHandle<Option<Outcome>>>,
-    handle: tokio::runtime::Handle,
 }
 
 impl GuestThread {
@@ -97,7 +97,6 @@ impl GuestThread {
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()?;
-        let handle = rt.handle().clone();
         let thread = std::thread::Builder::new()
             .name(format!("guest-{}", args.first().map_or("", String::as_str)))
             .spawn(move || {
@@ -117,26 +116,7 @@ impl GuestThread {
         Ok(GuestThread {
             stop: Some(stop),
             thread: Some(thread),
-            handle,
         })
-    }
-
-    /// Starts another guest on this guest's thread and runtime (it stops
-    /// with this one). The flag turns true once it has ended by itself.
-    pub fn add(
-        &self,
-        runner: Arc<Runner>,
-        component: Component,
-        args: Vec<String>,
-        io: GuestIo,
-    ) -> Arc<AtomicBool> {
-        let done = Arc::new(AtomicBool::new(false));
-        let flag = done.clone();
-        self.handle.spawn(async move {
-            runner.run(&component, &args, io).await;
-            flag.store(true, Ordering::Relaxed);
-        });
-        done
     }
 
     /// Whether the guest has ended by itself.
@@ -248,104 +228,6 @@ pub fn wait_listening(
             bail!("nothing listens on {closed:?} after {timeout:?}");
         }
         std::thread::sleep(Duration::from_millis(5));
-    }
-}
-
-/// Two JMUX guests joined by a `ws://` pipe over loopback: the *server*
-/// (`ws-listen://` with `--allow-all`) opens targets through the host; the
-/// *client* (`ws://` pipe) runs the listeners. Each guest has its own
-/// thread. Dropping the tunnel stops both.
-pub struct Tunnel {
-    /// The listening side, on its own thread (`None` when it shares the
-    /// server's thread).
-    pub client: Option<GuestThread>,
-    /// The accepting side (opens targets).
-    pub server: GuestThread,
-    /// The pipe's port on 127.0.0.1.
-    pub pipe_port: u16,
-}
-
-impl Tunnel {
-    /// Starts the server, waits for its pipe listener, starts the client
-    /// with `listeners` (jetsocat listener arguments), and waits until
-    /// `listen_ports` are listening. `server_args` are extra arguments for
-    /// the server (e.g. `--allow RULE` instead of the default
-    /// `--allow-all`).
-    ///
-    /// Each guest gets its own thread (see [`Tunnel::start_on`]).
-    ///
-    /// Errors: a guest failed to start or to listen within 20 s.
-    pub fn start(
-        runner: &Arc<Runner>,
-        component: &Component,
-        listeners: &[String],
-        listen_ports: &[u16],
-        server_args: &[String],
-        io: GuestIo,
-    ) -> anyhow::Result<Tunnel> {
-        Self::start_on(
-            runner,
-            component,
-            listeners,
-            listen_ports,
-            server_args,
-            io,
-            false,
-        )
-    }
-
-    /// Like [`Tunnel::start`], with the two guests on one thread
-    /// (`same_thread`: the pipe's wake-ups stay on that thread) or on a
-    /// thread each.
-    ///
-    /// Errors: a guest failed to start or to listen within 20 s.
-    pub fn start_on(
-        runner: &Arc<Runner>,
-        component: &Component,
-        listeners: &[String],
-        listen_ports: &[u16],
-        server_args: &[String],
-        io: GuestIo,
-        same_thread: bool,
-    ) -> anyhow::Result<Tunnel> {
-        let pipe_port = free_port()?;
-        let mut args = vec![
-            "jmux".to_string(),
-            "jmux-proxy".into(),
-            format!("ws-listen://127.0.0.1:{pipe_port}"),
-        ];
-        if server_args.is_empty() {
-            args.push("--allow-all".into());
-        } else {
-            args.extend(server_args.iter().cloned());
-        }
-        let server = GuestThread::spawn(runner.clone(), component.clone(), args, io)?;
-        wait_listening(&[pipe_port], Duration::from_secs(20), || {
-            !server.is_finished()
-        })
-        .context("JMUX server guest")?;
-        let mut args = vec![
-            "jmux".to_string(),
-            "jmux-proxy".into(),
-            format!("ws://127.0.0.1:{pipe_port}/jmux"),
-        ];
-        args.extend(listeners.iter().cloned());
-        let (client, done) = if same_thread {
-            let done = server.add(runner.clone(), component.clone(), args, io);
-            (None, done)
-        } else {
-            let client = GuestThread::spawn(runner.clone(), component.clone(), args, io)?;
-            (Some(client), Arc::new(AtomicBool::new(false)))
-        };
-        wait_listening(listen_ports, Duration::from_secs(20), || {
-            !done.load(Ordering::Relaxed) && client.as_ref().is_none_or(|c| !c.is_finished())
-        })
-        .context("JMUX client guest")?;
-        Ok(Tunnel {
-            server,
-            client,
-            pipe_port,
-        })
     }
 }
 

@@ -71,9 +71,25 @@ fn the_report_renders_every_bench_with_its_series() {
     );
     expect(
         "jmux-rtt.svg",
-        &["Tether tunnel", "two native relays", "direct"],
+        &[
+            "Tether tunnel",
+            "Tether, 2 processes",
+            "jetsocat tunnel",
+            "two native relays",
+            "direct",
+        ],
     );
-    expect("jmux-throughput.svg", &["Tether", "direct"]);
+    expect(
+        "jmux-throughput.svg",
+        &[
+            "Tether",
+            "Tether, 2 processes",
+            "jetsocat",
+            "direct",
+            // The upload size comes from the JSON (1 MiB in quick runs).
+            "HTTP/2 upload 1 MiB (ms)",
+        ],
+    );
 
     // The bar labels carry the figures of the JSON.
     let echo: serde_json::Value =

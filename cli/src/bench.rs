@@ -41,6 +41,10 @@ pub struct BenchAllArgs {
     /// Where the JSON files, the SVGs and report.html go.
     #[arg(long, default_value = "target/bench", value_name = "DIR")]
     pub out: PathBuf,
+    /// The jetsocat binary of the JMUX bench's side-by-side rows [default:
+    /// ../shared/peers/jetsocat/jetsocat from the workspace root].
+    #[arg(long, value_name = "PATH")]
+    pub jetsocat: Option<PathBuf>,
 }
 
 #[derive(Args)]
@@ -59,6 +63,21 @@ pub struct BenchJmuxArgs {
     /// A short smoke run (CI).
     #[arg(long)]
     pub quick: bool,
+    /// Also run every row through two `jetsocat jmux-proxy` processes, two
+    /// `tether jmux` processes and the two mixed pairs, side by side.
+    #[arg(long, value_enum, value_name = "PEER")]
+    pub vs: Option<Versus>,
+    /// The jetsocat binary [default: ../shared/peers/jetsocat/jetsocat from
+    /// the workspace root].
+    #[arg(long, value_name = "PATH", requires = "vs")]
+    pub jetsocat: Option<PathBuf>,
+}
+
+/// What `tether bench jmux --vs` compares against.
+#[derive(Clone, Copy, clap::ValueEnum)]
+pub enum Versus {
+    /// The reference JMUX proxy (Devolutions).
+    Jetsocat,
 }
 
 #[derive(Args)]
@@ -107,7 +126,11 @@ fn mtu_range() -> clap::builder::RangedI64ValueParser<u16> {
 pub async fn bench(command: BenchCommand) -> anyhow::Result<ExitCode> {
     match command {
         BenchCommand::Jmux(args) => {
-            let report = run_jmux(args.quick).await?;
+            let vs = match args.vs {
+                Some(Versus::Jetsocat) => Some(competitors(args.jetsocat)?),
+                None => None,
+            };
+            let report = run_jmux(args.quick, vs).await?;
             if args.json {
                 outln!("{}", serde_json::to_string(&report)?);
             } else {
@@ -159,11 +182,19 @@ pub async fn bench(command: BenchCommand) -> anyhow::Result<ExitCode> {
     }
 }
 
-/// `tether bench all`: echo, QUIC and JMUX in turn, each one's JSON next
-/// to meta.json, then the report. A failed bench stops the run (its
+/// `tether bench all`: echo, QUIC and JMUX (with `--vs jetsocat`) in turn,
+/// each one's JSON next to meta.json, then the report. A failed bench stops the run (its
 /// error names it); the JSON of the benches before it stays.
 async fn all(args: BenchAllArgs) -> anyhow::Result<ExitCode> {
     let quick = if args.quick { " --quick" } else { "" };
+    // jetsocat is checked first: a missing binary fails before minutes of
+    // benches, not after.
+    let jetsocat_arg = args
+        .jetsocat
+        .as_ref()
+        .map(|p| format!(" --jetsocat {}", p.display()))
+        .unwrap_or_default();
+    let vs = competitors(args.jetsocat.clone())?;
     let mut meta = Meta::now();
     let dir = &args.out;
     // Results of an earlier run must not mix into this report.
@@ -179,9 +210,10 @@ async fn all(args: BenchAllArgs) -> anyhow::Result<ExitCode> {
     meta.commands
         .push(format!("tether bench quic --json{quick}"));
     report::write_json(dir, "quic", &quic)?;
-    let jmux = run_jmux(args.quick).await?;
-    meta.commands
-        .push(format!("tether bench jmux --json{quick}"));
+    let jmux = run_jmux(args.quick, Some(vs)).await?;
+    meta.commands.push(format!(
+        "tether bench jmux --json --vs jetsocat{jetsocat_arg}{quick}"
+    ));
     report::write_json(dir, "jmux", &jmux)?;
     report::write_json(dir, "meta", &meta)?;
     let rendered = report::render(dir)?;
@@ -190,13 +222,29 @@ async fn all(args: BenchAllArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-async fn run_jmux(quick: bool) -> anyhow::Result<tether_bench::jmux::Report> {
+/// The programs of `--vs jetsocat`: jetsocat at `jetsocat` (or the
+/// default path), and this very `tether` binary for the Tether processes.
+///
+/// Errors: jetsocat is missing (naming the path), or this binary's path is
+/// unknown.
+fn competitors(jetsocat: Option<PathBuf>) -> anyhow::Result<tether_bench::jmux::Competitors> {
+    use tether_bench::jmux::pair;
+    let jetsocat = pair::require_jetsocat(&jetsocat.unwrap_or_else(pair::default_jetsocat))?;
+    let tether = std::env::current_exe().context("the path of this tether binary")?;
+    Ok(tether_bench::jmux::Competitors { jetsocat, tether })
+}
+
+async fn run_jmux(
+    quick: bool,
+    vs: Option<tether_bench::jmux::Competitors>,
+) -> anyhow::Result<tether_bench::jmux::Report> {
     use tether_bench::jmux as jb;
-    let opts = if quick {
+    let mut opts = if quick {
         jb::Options::quick()
     } else {
         jb::Options::full()
     };
+    opts.vs_jetsocat = vs;
     let progress = Progress::new("bench jmux", jb::PHASES.len() as u64);
     let p = progress.clone();
     let report = tokio::task::spawn_blocking(move || jb::run(&opts, &p)).await?;

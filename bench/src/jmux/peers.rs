@@ -4,9 +4,11 @@
 //! (hyper's HTTP/2; 65535-byte stream and connection windows, no adaptive
 //! window) that checks uploads the same way, a TCP echo server for round
 //! trips and a byte sink for bulk throughput. Every accepted socket gets
-//! TCP_NODELAY. Upload times are taken at the server, from the request
-//! head to the last body byte, so process start-up of the client is not
-//! counted.
+//! TCP_NODELAY. The upload servers log each upload: its bytes, whether it
+//! matched, and the time from the request head to the last body byte. The
+//! benchmark times uploads at the client instead ([`curl_upload_timed`]):
+//! that also counts what a path held back before the head arrived or after
+//! the last byte (a proxy that buffers, Nagle on the answer).
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -300,12 +302,29 @@ pub fn curl(args: &[&str]) -> anyhow::Result<Vec<u8>> {
 ///
 /// Errors: see [`curl`].
 pub fn curl_upload(url: &str, file: &Path, h2: bool) -> anyhow::Result<String> {
+    Ok(curl_upload_timed(url, file, h2)?.0)
+}
+
+/// [`curl_upload`], also returning curl's `time_total`: from the start of
+/// the transfer (connect) to the last byte of the answer, as the client
+/// sees it (curl's process start-up not included).
+///
+/// Errors: see [`curl`]; curl printed no time.
+pub fn curl_upload_timed(url: &str, file: &Path, h2: bool) -> anyhow::Result<(String, Duration)> {
     let file = file.to_str().context("temp path is not UTF-8")?;
-    let mut args = vec!["-H", "Expect:", "-T", file, url];
+    let mut args = vec!["-H", "Expect:", "-w", "\n%{time_total}", "-T", file, url];
     if h2 {
         args.insert(0, "--http2-prior-knowledge");
     }
-    Ok(String::from_utf8_lossy(&curl(&args)?).into_owned())
+    let out = String::from_utf8_lossy(&curl(&args)?).into_owned();
+    let (answer, total) = out
+        .rsplit_once('\n')
+        .context("curl printed no time_total")?;
+    let total: f64 = total
+        .trim()
+        .parse()
+        .with_context(|| format!("curl's time_total {total:?}"))?;
+    Ok((answer.to_string(), Duration::from_secs_f64(total)))
 }
 
 /// Waits for the next upload logged after `before` entries (the server
@@ -398,33 +417,53 @@ pub fn generate(addr: SocketAddr, total: u64) -> anyhow::Result<Duration> {
     Ok(thread_cpu() - cpu0)
 }
 
-/// `n` one-at-a-time round trips of `size` bytes against an echo server at
-/// `addr`, after `warmup` unrecorded ones. Samples in ns.
-///
-/// Errors: connect, write or read failed.
-pub fn round_trips(
-    addr: SocketAddr,
-    warmup: usize,
-    n: usize,
-    size: usize,
-) -> anyhow::Result<Vec<u64>> {
-    let mut tcp = TcpStream::connect(addr)?;
-    tcp.set_nodelay(true)?;
-    let msg = payload(size, 3);
-    let mut back = vec![0u8; size];
-    let mut samples = Vec::with_capacity(n);
-    for i in 0..warmup + n {
-        let t0 = Instant::now();
-        tcp.write_all(&msg)?;
-        tcp.read_exact(&mut back)?;
-        if i >= warmup {
-            samples.push(t0.elapsed().as_nanos() as u64);
+/// A connection to an echo server for one-at-a-time round trips of a
+/// fixed size, kept open so that several paths can be measured in turns
+/// (drift then hits them alike).
+pub struct RoundTrips {
+    tcp: TcpStream,
+    msg: Vec<u8>,
+    back: Vec<u8>,
+    /// Recorded round trips, ns.
+    pub samples: Vec<u64>,
+}
+
+impl RoundTrips {
+    /// Connects to the echo server at `addr` (TCP_NODELAY, 30 s read
+    /// deadline) and runs `warmup` unrecorded round trips of `size` bytes.
+    ///
+    /// Errors: connect, write or read failed, or the echo differed.
+    pub fn connect(addr: SocketAddr, size: usize, warmup: usize) -> anyhow::Result<RoundTrips> {
+        let tcp = TcpStream::connect(addr).with_context(|| format!("connecting to {addr}"))?;
+        tcp.set_nodelay(true)?;
+        tcp.set_read_timeout(Some(Duration::from_secs(30)))?;
+        let mut r = RoundTrips {
+            tcp,
+            msg: payload(size, 3),
+            back: vec![0u8; size],
+            samples: Vec::new(),
+        };
+        r.run(warmup)?;
+        r.samples.clear();
+        Ok(r)
+    }
+
+    /// `n` more recorded round trips.
+    ///
+    /// Errors: write or read failed, or the echo differed.
+    pub fn run(&mut self, n: usize) -> anyhow::Result<()> {
+        self.samples.reserve(n);
+        for _ in 0..n {
+            let t0 = Instant::now();
+            self.tcp.write_all(&self.msg)?;
+            self.tcp.read_exact(&mut self.back)?;
+            self.samples.push(t0.elapsed().as_nanos() as u64);
         }
+        if n > 0 && self.back != self.msg {
+            bail!("echo mismatch");
+        }
+        Ok(())
     }
-    if back != msg {
-        bail!("echo mismatch");
-    }
-    Ok(samples)
 }
 
 /// A native TCP relay to `target` on its own thread and current-thread

@@ -11,16 +11,17 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures_util::{SinkExt, StreamExt};
+use tether_bench::jmux::pair::{Pair, Proxy};
 use tether_bench::jmux::peers::{self, PeerRuntime};
 use tether_bench::jmux::tunnel_config;
-use tether_bench::tunnel::{Tunnel, free_port};
+use tether_bench::tunnel::free_port;
 use tether_host::runner::{EngineKind, GuestIo, Runner};
 use tether_jmux::{Decoder, Message, ReasonCode};
 use tokio_tungstenite::tungstenite::Message as WsMessage;
 
 use crate::common::{closed_port, tcp_server};
 
-fn runner() -> Arc<Runner> {
+pub fn runner() -> Arc<Runner> {
     Arc::new(Runner::new(tunnel_config(), EngineKind::Cranelift).expect("runner"))
 }
 
@@ -30,14 +31,36 @@ fn component(runner: &Runner) -> wasmtime::component::Component {
         .expect("compile jmux guest")
 }
 
-/// A tunnel whose client guest maps one local port to each of `targets`
-/// (`tcp-listen://`), plus `extra` listeners on the ports it returns.
+/// The JMUX guest in this process, on its own thread.
+pub fn guest(runner: &Arc<Runner>) -> Proxy {
+    Proxy::Guest {
+        runner: runner.clone(),
+        component: component(runner),
+        io: GuestIo::Capture(1 << 20),
+    }
+}
+
+/// A tunnel of two guests whose client maps one local port to each of
+/// `targets` (`tcp-listen://`), plus `extra` listeners on the ports it
+/// returns.
 fn tunnel(
     runner: &Arc<Runner>,
     targets: &[SocketAddr],
     extra: &[&str],
     server_args: &[&str],
-) -> (Tunnel, Vec<u16>, Vec<u16>) {
+) -> (Pair, Vec<u16>, Vec<u16>) {
+    pair(&guest(runner), &guest(runner), targets, extra, server_args)
+}
+
+/// Like [`tunnel`], with any two ends: `server` opens the targets, `client`
+/// runs the listeners.
+pub fn pair(
+    server: &Proxy,
+    client: &Proxy,
+    targets: &[SocketAddr],
+    extra: &[&str],
+    server_args: &[&str],
+) -> (Pair, Vec<u16>, Vec<u16>) {
     let ports: Vec<u16> = targets.iter().map(|_| free_port().unwrap()).collect();
     let extra_ports: Vec<u16> = extra.iter().map(|_| free_port().unwrap()).collect();
     let mut listeners: Vec<String> = targets
@@ -50,23 +73,16 @@ fn tunnel(
     }
     let all: Vec<u16> = ports.iter().chain(&extra_ports).copied().collect();
     let server_args: Vec<String> = server_args.iter().map(|s| s.to_string()).collect();
-    let t = Tunnel::start(
-        runner,
-        &component(runner),
-        &listeners,
-        &all,
-        &server_args,
-        GuestIo::Capture(1 << 20),
-    )
-    .expect("tunnel");
-    (t, ports, extra_ports)
+    let p = Pair::start(server, client, &listeners, &all, &server_args)
+        .unwrap_or_else(|e| panic!("{} server, {} client: {e:#}", server.name(), client.name()));
+    (p, ports, extra_ports)
 }
 
-fn local(port: u16) -> SocketAddr {
+pub fn local(port: u16) -> SocketAddr {
     SocketAddr::from(([127, 0, 0, 1], port))
 }
 
-fn check_upload(
+pub fn check_upload(
     url: &str,
     file: &std::path::Path,
     h2: bool,
@@ -134,9 +150,19 @@ fn http_get_and_8mib_uploads_h1_h2_match_direct_byte_for_byte() {
     );
 }
 
+/// Builds a pair with a `tcp-listen://` listener per target and `extra`
+/// listeners: `(pair, target ports, extra ports)`.
+pub type MakePair<'a> = &'a dyn Fn(&[SocketAddr], &[&str]) -> (Pair, Vec<u16>, Vec<u16>);
+
 #[test]
 fn half_close_client_shuts_send_side_server_still_answers() {
     let runner = runner();
+    half_close_reaches_the_target(&|t, e| tunnel(&runner, t, e, &[]));
+}
+
+/// A client that half-closes after 100,003 bytes still gets the target's
+/// answer, which the target sends only after it saw EOF.
+pub fn half_close_reaches_the_target(make: MakePair) {
     // Reads until EOF, then answers with what it got, then closes.
     let server = tcp_server(|mut tcp| async move {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -149,8 +175,10 @@ fn half_close_client_shuts_send_side_server_still_answers() {
         );
         tcp.write_all(reply.as_bytes()).await.unwrap();
     });
-    let (_t, ports, _) = tunnel(&runner, &[server], &[], &[]);
+    let (_t, ports, _) = make(&[server], &[]);
     let mut tcp = TcpStream::connect(local(ports[0])).unwrap();
+    tcp.set_write_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
     tcp.write_all(&vec![7u8; 100_000]).unwrap();
     tcp.write_all(b"end").unwrap();
     tcp.shutdown(std::net::Shutdown::Write).unwrap();
@@ -171,6 +199,12 @@ fn fnv(bytes: &[u8], mut h: u64) -> u64 {
 #[test]
 fn hundred_concurrent_channels_each_with_its_own_checksum() {
     let runner = runner();
+    hundred_channels_with_checksums(&|t, e| tunnel(&runner, t, e, &[]));
+}
+
+/// 100 channels at once, each sending its own 100-200 kB and getting back
+/// the length and FNV-1a hash the target computed.
+pub fn hundred_channels_with_checksums(make: MakePair) {
     // Hashes everything until EOF and answers "LEN HASH".
     let server = tcp_server(|mut tcp| async move {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -188,7 +222,7 @@ fn hundred_concurrent_channels_each_with_its_own_checksum() {
             .await
             .unwrap();
     });
-    let (_t, ports, _) = tunnel(&runner, &[server], &[], &[]);
+    let (_t, ports, _) = make(&[server], &[]);
     let port = ports[0];
     let started = Instant::now();
     let clients: Vec<_> = (0..100u64)
@@ -197,6 +231,8 @@ fn hundred_concurrent_channels_each_with_its_own_checksum() {
                 let data = peers::payload(100_000 + i as usize * 997, 1000 + i);
                 let mut tcp = TcpStream::connect(local(port)).unwrap();
                 tcp.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+                tcp.set_write_timeout(Some(Duration::from_secs(30)))
+                    .unwrap();
                 for chunk in data.chunks(7_000) {
                     tcp.write_all(chunk).unwrap();
                 }
@@ -212,6 +248,193 @@ fn hundred_concurrent_channels_each_with_its_own_checksum() {
         c.join().expect("client");
     }
     eprintln!("100 channels in {:?}", started.elapsed());
+}
+
+/// Who resets a channel in [`a_reset_loses_only_its_channel`].
+#[derive(Clone, Copy, Debug)]
+pub enum ResetBy {
+    /// The target, behind the server end, after reading 64 KiB.
+    Target,
+    /// The client, in front of the client end, after reading 64 KiB: the
+    /// target must see the channel end (a failed write, or EOF).
+    Client,
+}
+
+/// Five channels are reset mid-transfer (by the target or by the client:
+/// an RST, SO_LINGER 0) while four threads keep opening, using and closing
+/// short channels, so channel ids are freed and reused all along. Only the
+/// reset channels may be lost: every short channel works, a long-lived
+/// channel opened before still echoes, each reset channel ends (at the
+/// client, or at the target when the client reset it), and both ends keep
+/// running. Returns how many short channels went through.
+pub fn a_reset_loses_only_its_channel(make: MakePair, by: ResetBy) -> usize {
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    // First byte `R`: read 64 KiB, then reset. `S`: send until the channel
+    // is gone, then report on `ended`. Anything else: echo.
+    let (ended_tx, ended_rx) = std::sync::mpsc::channel::<()>();
+    let ended_tx = Arc::new(std::sync::Mutex::new(ended_tx));
+    let target = tcp_server(move |mut tcp| {
+        let ended = ended_tx.clone();
+        async move {
+            use tokio::io::{AsyncReadExt, AsyncWriteExt};
+            let mut first = [0u8; 1];
+            if tcp.read_exact(&mut first).await.is_err() {
+                return;
+            }
+            match first[0] {
+                b'R' => {
+                    let (mut buf, mut got) = (vec![0u8; 65536], 0);
+                    while got < 64 << 10 {
+                        match tcp.read(&mut buf).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => got += n,
+                        }
+                    }
+                    socket2::SockRef::from(&tcp)
+                        .set_linger(Some(Duration::ZERO))
+                        .unwrap();
+                }
+                b'S' => {
+                    // Until a write fails or the far end closes its sending
+                    // side (jetsocat, told CLOSE, keeps reading the target
+                    // until it ends, but stops writing to it).
+                    let (mut r, mut w) = tcp.split();
+                    let chunk = vec![0x53u8; 16 << 10];
+                    let send = async { while w.write_all(&chunk).await.is_ok() {} };
+                    let eof = async {
+                        let mut buf = [0u8; 1024];
+                        while matches!(r.read(&mut buf).await, Ok(n) if n > 0) {}
+                    };
+                    let ended_by_itself = tokio::time::timeout(Duration::from_secs(20), async {
+                        tokio::select! {
+                            () = send => {}
+                            () = eof => {}
+                        }
+                    });
+                    if ended_by_itself.await.is_ok() {
+                        let _ = ended.lock().unwrap().send(());
+                    }
+                }
+                c => {
+                    if tcp.write_all(&[c]).await.is_ok() {
+                        let (mut r, mut w) = tcp.split();
+                        let _ = tokio::io::copy(&mut r, &mut w).await;
+                    }
+                }
+            }
+        }
+    });
+    let (mut pair, ports, _) = make(&[target], &[]);
+    let via = local(ports[0]);
+    let connect = move || {
+        let tcp = TcpStream::connect(via).unwrap();
+        tcp.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        tcp.set_write_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        tcp
+    };
+    let mut long_lived = connect();
+    long_lived.write_all(b"L").unwrap();
+    long_lived.read_exact(&mut [0u8; 1]).unwrap();
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let done = Arc::new(AtomicUsize::new(0));
+    let churn: Vec<_> = (0..4)
+        .map(|i| {
+            let (stop, done) = (stop.clone(), done.clone());
+            std::thread::spawn(move || -> Result<(), String> {
+                while !stop.load(Ordering::Relaxed) {
+                    let mut tcp = connect();
+                    let msg = format!("x{i} hello");
+                    let mut back = vec![0u8; msg.len()];
+                    tcp.write_all(msg.as_bytes())
+                        .and_then(|()| tcp.read_exact(&mut back))
+                        .map_err(|e| {
+                            format!("short channel {} failed: {e}", done.load(Ordering::Relaxed))
+                        })?;
+                    assert_eq!(back, msg.as_bytes());
+                    done.fetch_add(1, Ordering::Relaxed);
+                }
+                Ok(())
+            })
+        })
+        .collect();
+    for round in 0..5 {
+        std::thread::sleep(Duration::from_millis(100));
+        let mut tcp = connect();
+        match by {
+            ResetBy::Target => {
+                tcp.write_all(b"R").unwrap();
+                // The target resets after 64 KiB: later writes may fail.
+                let chunk = vec![0x52u8; 16 << 10];
+                for _ in 0..16 {
+                    if tcp.write_all(&chunk).is_err() {
+                        break;
+                    }
+                }
+                let mut buf = [0u8; 1024];
+                loop {
+                    match tcp.read(&mut buf) {
+                        Ok(0) => break,
+                        Ok(_) => continue,
+                        Err(e)
+                            if matches!(
+                                e.kind(),
+                                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                            ) =>
+                        {
+                            panic!("reset {round}: the channel the target reset never ended")
+                        }
+                        Err(_) => break,
+                    }
+                }
+            }
+            ResetBy::Client => {
+                tcp.write_all(b"S").unwrap();
+                let mut buf = vec![0u8; 64 << 10];
+                tcp.read_exact(&mut buf).unwrap();
+                socket2::SockRef::from(&tcp)
+                    .set_linger(Some(Duration::ZERO))
+                    .unwrap();
+                drop(tcp);
+                ended_rx
+                    .recv_timeout(Duration::from_secs(10))
+                    .unwrap_or_else(|_| {
+                        panic!(
+                            "reset {round}: the target kept sending on a channel the client reset"
+                        )
+                    });
+            }
+        }
+    }
+    std::thread::sleep(Duration::from_millis(100));
+    stop.store(true, Ordering::Relaxed);
+    for c in churn {
+        if let Err(e) = c.join().expect("churn thread") {
+            panic!("{e} after resets by the {by:?}\n{}", pair.describe());
+        }
+    }
+    long_lived.write_all(b"still").unwrap();
+    let mut back = [0u8; 5];
+    long_lived
+        .read_exact(&mut back)
+        .unwrap_or_else(|e| panic!("the long-lived channel is gone ({e})\n{}", pair.describe()));
+    assert_eq!(&back, b"still");
+    assert!(pair.is_running(), "an end stopped\n{}", pair.describe());
+    let done = done.load(Ordering::Relaxed);
+    // At most six channels are open at a time: hundreds of short ones
+    // reuse the lowest free ids over and over.
+    assert!(done >= 50, "only {done} short channels went through");
+    done
+}
+
+#[test]
+fn a_reset_channel_is_lost_alone_while_ids_are_reused() {
+    let runner = runner();
+    for by in [ResetBy::Target, ResetBy::Client] {
+        let n = a_reset_loses_only_its_channel(&|t, e| tunnel(&runner, t, e, &[]), by);
+        eprintln!("resets by the {by:?}: {n} short channels next to them");
+    }
 }
 
 /// An HTTP/1.1 origin on 127.0.0.1 that keeps connections alive unless a
@@ -415,7 +638,7 @@ fn many_stalled_channels_stay_within_the_receive_budget() {
         let (mut r, mut w) = tcp.split();
         let _ = tokio::io::copy(&mut r, &mut w).await;
     });
-    let (t, ports, _) = tunnel(&runner, &[sink, echo], &[], &[]);
+    let (mut t, ports, _) = tunnel(&runner, &[sink, echo], &[], &[]);
     let mut conns: Vec<TcpStream> = (0..300)
         .map(|_| {
             let c = TcpStream::connect(local(ports[0])).unwrap();
@@ -454,7 +677,7 @@ fn many_stalled_channels_stay_within_the_receive_budget() {
     }
     eprintln!("300 stalled channels took {} MiB", pushed >> 20);
     assert!(
-        !t.server.is_finished(),
+        t.server.is_running(),
         "the server guest ended with 300 stalled channels"
     );
     assert!(
@@ -470,7 +693,7 @@ fn many_stalled_channels_stay_within_the_receive_budget() {
     if let Err(e) = c.read_exact(&mut back) {
         panic!(
             "a new channel next to 300 stalled ones got no echo ({e}); server guest ended: {}",
-            t.server.is_finished()
+            !t.server.is_running()
         );
     }
     assert_eq!(&back, b"still here");

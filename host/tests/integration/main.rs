@@ -2,6 +2,7 @@
 //! peers on 127.0.0.1.
 
 mod common;
+mod jetsocat;
 mod jmux;
 mod limits;
 mod quic;
