@@ -126,7 +126,7 @@ fn color_of(label: &str) -> RGBColor {
         RGBColor(44, 160, 44)
     } else if l.starts_with("native") {
         RGBColor(255, 127, 14)
-    } else if l.contains("processes") {
+    } else if l.contains("processes") || l == "procs" {
         RGBColor(23, 190, 207)
     } else {
         RGBColor(31, 119, 180)
@@ -435,7 +435,7 @@ fn jmux_plots(v: &Value) -> anyhow::Result<Vec<Plot>> {
             "bulk (MB/s)",
             vec![
                 ("Tether", num(v, "bulk_mb_per_s")),
-                ("Tether, 2 processes", num(v, "tether_procs_bulk_mb_per_s")),
+                ("procs", num(v, "tether_procs_bulk_mb_per_s")),
                 ("jetsocat", num(v, "jetsocat_bulk_mb_per_s")),
                 ("direct", num(v, "bulk_direct_mb_per_s")),
             ],
@@ -444,7 +444,7 @@ fn jmux_plots(v: &Value) -> anyhow::Result<Vec<Plot>> {
             &h2_title,
             vec![
                 ("Tether", ms("h2_upload_s")),
-                ("Tether, 2 processes", ms("tether_procs_h2_upload_s")),
+                ("procs", ms("tether_procs_h2_upload_s")),
                 ("jetsocat", ms("jetsocat_h2_upload_s")),
                 ("direct", ms("h2_direct_s")),
             ],
@@ -453,7 +453,7 @@ fn jmux_plots(v: &Value) -> anyhow::Result<Vec<Plot>> {
             &h1_title,
             vec![
                 ("Tether", ms("h1_upload_s")),
-                ("Tether, 2 processes", ms("tether_procs_h1_upload_s")),
+                ("procs", ms("tether_procs_h1_upload_s")),
                 ("jetsocat", ms("jetsocat_h1_upload_s")),
                 ("direct", ms("h1_direct_s")),
             ],
@@ -462,7 +462,7 @@ fn jmux_plots(v: &Value) -> anyhow::Result<Vec<Plot>> {
             "CPU per GB relayed (s)",
             vec![
                 ("Tether", num(v, "cpu_s_per_gb")),
-                ("Tether, 2 processes", num(v, "tether_procs_cpu_s_per_gb")),
+                ("procs", num(v, "tether_procs_cpu_s_per_gb")),
                 ("jetsocat", num(v, "jetsocat_cpu_s_per_gb")),
             ],
         ),
@@ -473,7 +473,9 @@ fn jmux_plots(v: &Value) -> anyhow::Result<Vec<Plot>> {
     if !panels.is_empty() {
         plots.push(Plot {
             file: "jmux-throughput.svg".into(),
-            caption: "JMUX tunnel: Tether vs jetsocat vs direct".into(),
+            caption: "JMUX tunnel: Tether (guests in one process; procs: two tether jmux \
+                      processes) vs jetsocat (two processes) vs direct"
+                .into(),
             svg: bars_svg("JMUX tunnel", &panels)?,
         });
     }

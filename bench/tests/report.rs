@@ -83,7 +83,7 @@ fn the_report_renders_every_bench_with_its_series() {
         "jmux-throughput.svg",
         &[
             "Tether",
-            "Tether, 2 processes",
+            "procs",
             "jetsocat",
             "direct",
             // The upload size comes from the JSON (1 MiB in quick runs).
