@@ -8,7 +8,7 @@ use std::process::ExitCode;
 use anyhow::bail;
 use clap::Args;
 use tether_host::policy::Rule;
-use tether_host::runner::{EngineKind, GuestIo, Runner};
+use tether_host::runner::{EngineKind, Runner};
 use tether_host::{Config, Limits, TlsOptions};
 
 #[derive(Args)]
@@ -20,11 +20,13 @@ pub struct JmuxArgs {
     /// Add the certificates in this PEM file to the trusted roots (wss://).
     #[arg(long = "ca-file", value_name = "PEM")]
     pub ca_file: Vec<PathBuf>,
+    #[command(flatten)]
+    pub shutdown: crate::ShutdownArgs,
     /// The jmux-proxy arguments: <PIPE> [<LISTENER>...] [--allow-all |
     /// --allow RULE...]. The host may dial the pipe's address, bind the
     /// pipe's and listeners' addresses, and dial the targets that
     /// --allow-all / --allow admit; nothing else. --deny and --ca-file may
-    /// also stand among them.
+    /// also stand among them, and so may --shutdown-timeout-ms.
     #[arg(
         trailing_var_arg = true,
         allow_hyphen_values = true,
@@ -34,7 +36,8 @@ pub struct JmuxArgs {
     pub args: Vec<String>,
 }
 
-/// Moves the host's own options (`--deny`, `--ca-file`) out of the
+/// Moves the host's own options (`--deny`, `--ca-file`,
+/// `--shutdown-timeout-ms`) out of the
 /// jmux-proxy arguments, wherever they stand: the guest's command line has
 /// no options of those names, so `tether jmux -- PIPE --deny RULE` means
 /// the same as `tether jmux --deny RULE -- PIPE`.
@@ -49,7 +52,7 @@ fn take_host_options(args: &mut JmuxArgs) -> anyhow::Result<()> {
             Some((n, v)) => (n.to_string(), Some(v.to_string())),
             None => (arg.clone(), None),
         };
-        if name != "--deny" && name != "--ca-file" {
+        if !["--deny", "--ca-file", "--shutdown-timeout-ms"].contains(&name.as_str()) {
             rest.push(arg);
             continue;
         }
@@ -62,8 +65,12 @@ fn take_host_options(args: &mut JmuxArgs) -> anyhow::Result<()> {
                     .parse()
                     .map_err(|e| anyhow::anyhow!("--deny {value}: {e}"))?,
             );
-        } else {
+        } else if name == "--ca-file" {
             args.ca_file.push(PathBuf::from(value));
+        } else {
+            args.shutdown.shutdown_timeout_ms = value
+                .parse()
+                .map_err(|e| anyhow::anyhow!("--shutdown-timeout-ms {value}: {e}"))?;
         }
     }
     args.args = rest;
@@ -88,14 +95,16 @@ pub async fn jmux(mut args: JmuxArgs) -> anyhow::Result<ExitCode> {
             system_roots: true,
             extra_ca_files: args.ca_file,
         },
-        limits: Limits::default(),
+        limits: Limits {
+            shutdown_timeout: args.shutdown.timeout(),
+            ..Limits::default()
+        },
     };
     let runner = Runner::new(config, EngineKind::Cranelift)?;
     let component = runner.compile(tether_guest_artifacts::JMUX)?;
     let mut guest_args = vec!["jmux".to_string()];
     guest_args.extend(args.args);
-    let outcome = runner.run(&component, &guest_args, GuestIo::Inherit).await;
-    crate::run::exit_code(outcome.result)
+    crate::run::run_until_signal(&runner, &component, &guest_args).await
 }
 
 #[cfg(test)]
@@ -106,6 +115,9 @@ mod tests {
         JmuxArgs {
             deny: Vec::new(),
             ca_file: Vec::new(),
+            shutdown: crate::ShutdownArgs {
+                shutdown_timeout_ms: 5000,
+            },
             args: args.iter().map(|a| a.to_string()).collect(),
         }
     }

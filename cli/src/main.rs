@@ -121,6 +121,25 @@ pub struct HostArgs {
     /// (at least 1).
     #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..))]
     pub max_run_ms: u64,
+    #[command(flatten)]
+    pub shutdown: ShutdownArgs,
+}
+
+/// How long a graceful shutdown (SIGTERM, SIGINT) may take.
+#[derive(Args, Clone)]
+pub struct ShutdownArgs {
+    /// Grace period after SIGTERM or SIGINT, ms: listeners stop accepting,
+    /// message streams close with 1001, byte streams half-close, and a
+    /// guest still running after this long is stopped; tether then exits 0.
+    /// A second signal exits at once.
+    #[arg(long, default_value_t = Limits::default().shutdown_timeout.as_millis() as u64)]
+    pub shutdown_timeout_ms: u64,
+}
+
+impl ShutdownArgs {
+    pub fn timeout(&self) -> Duration {
+        Duration::from_millis(self.shutdown_timeout_ms)
+    }
 }
 
 impl HostArgs {
@@ -143,6 +162,7 @@ impl HostArgs {
                 handshake_timeout: Duration::from_millis(self.handshake_timeout_ms),
                 max_memory_bytes: self.max_memory_mib << 20,
                 max_run_without_yield: Duration::from_millis(self.max_run_ms),
+                shutdown_timeout: self.shutdown.timeout(),
                 ..Limits::default()
             },
         }

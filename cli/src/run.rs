@@ -7,6 +7,7 @@ use std::process::ExitCode;
 use anyhow::{Context, bail};
 use clap::Args;
 use tether_host::runner::{GuestIo, RunError, Runner};
+use tether_host::wasmtime::component::Component;
 
 use crate::HostArgs;
 
@@ -39,8 +40,96 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         .unwrap_or_default();
     let mut guest_args = vec![name];
     guest_args.extend(args.args);
-    let outcome = runner.run(&component, &guest_args, GuestIo::Inherit).await;
+    run_until_signal(&runner, &component, &guest_args).await
+}
+
+/// Runs the guest with graceful shutdown: the first SIGTERM or SIGINT
+/// starts [`tether_host::HostCtx::shutdown`] (listeners stop accepting,
+/// message streams close with 1001, byte streams half-close; the runner
+/// stops the guest if it still runs `shutdown_timeout` later), and tether
+/// then exits 0 unless the guest trapped. A second signal exits at once
+/// with 128 + the signal number.
+pub async fn run_until_signal(
+    runner: &Runner,
+    component: &Component,
+    guest_args: &[String],
+) -> anyhow::Result<ExitCode> {
+    let host = runner.host().clone();
+    let mut signals = Signals::install()?;
+    let signals = tokio::spawn(async move {
+        let first = signals.next().await;
+        errln!(
+            "tether: {first}: shutting down (at most {:?}; a second signal exits at once)",
+            host.config.limits.shutdown_timeout
+        );
+        host.shutdown();
+        let second = signals.next().await;
+        errln!("tether: {second}: exiting now");
+        std::process::exit(128 + second.number());
+    });
+    let outcome = runner.run(component, guest_args, GuestIo::Inherit).await;
+    signals.abort();
+    if runner.host().is_shutting_down() {
+        return match outcome.result {
+            Ok(()) | Err(RunError::Exit(_)) => Ok(ExitCode::SUCCESS),
+            Err(e @ RunError::ShutdownDeadline(_)) => {
+                errln!("tether: {e}");
+                Ok(ExitCode::SUCCESS)
+            }
+            Err(e) => bail!("{e}"),
+        };
+    }
     exit_code(outcome.result)
+}
+
+/// A termination signal tether reacts to.
+#[derive(Clone, Copy)]
+enum Signal {
+    Term,
+    Int,
+}
+
+impl Signal {
+    fn number(self) -> i32 {
+        match self {
+            Signal::Term => 15,
+            Signal::Int => 2,
+        }
+    }
+}
+
+impl std::fmt::Display for Signal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Signal::Term => "SIGTERM",
+            Signal::Int => "SIGINT",
+        })
+    }
+}
+
+/// SIGTERM and SIGINT handlers, installed before the guest starts (from
+/// then on neither signal kills the process by its default action).
+struct Signals {
+    term: tokio::signal::unix::Signal,
+    int: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    fn install() -> std::io::Result<Signals> {
+        use tokio::signal::unix::{SignalKind, signal};
+        Ok(Signals {
+            term: signal(SignalKind::terminate())?,
+            int: signal(SignalKind::interrupt())?,
+        })
+    }
+
+    /// Waits for the next SIGTERM or SIGINT.
+    async fn next(&mut self) -> Signal {
+        tokio::select! {
+            _ = self.term.recv() => Signal::Term,
+            _ = self.int.recv() => Signal::Int,
+        }
+    }
 }
 
 /// A guest's result as the process's exit status: its own exit code

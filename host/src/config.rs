@@ -47,6 +47,10 @@ pub struct Limits {
     /// loop). Past it the guest is stopped with a clear error; other guests
     /// keep running. Checked every `epoch_tick`. Default 10 s.
     pub max_run_without_yield: Duration,
+    /// Grace period of a graceful shutdown ([`crate::HostCtx::shutdown`],
+    /// SIGTERM or SIGINT to `tether run` / `tether jmux`): a guest still
+    /// running this long after the shutdown started is stopped. Default 5 s.
+    pub shutdown_timeout: Duration,
     /// Granularity of the runaway check and of cooperative yielding between
     /// guests that share a thread. Not a data-path timer: it never wakes a
     /// guest. Default 10 ms.
@@ -66,6 +70,7 @@ impl Default for Limits {
             handshake_timeout: Duration::from_secs(10),
             max_memory_bytes: 256 << 20,
             max_run_without_yield: Duration::from_secs(10),
+            shutdown_timeout: Duration::from_secs(5),
             epoch_tick: Duration::from_millis(10),
         }
     }

@@ -53,6 +53,7 @@ pub mod p3;
 pub mod policy;
 pub mod ready;
 pub mod runner;
+mod shutdown;
 pub mod tcp;
 pub mod tls;
 pub mod websocket;
@@ -78,6 +79,8 @@ pub struct HostCtx {
     pub tls: Arc<rustls::ClientConfig>,
     /// Counters across every guest of this host.
     pub stats: Arc<Stats>,
+    /// Graceful shutdown: started by [`HostCtx::shutdown`].
+    pub(crate) lifecycle: shutdown::Shutdown,
 }
 
 /// Host-wide counters, readable at any time (tests, metrics).
@@ -119,7 +122,31 @@ impl HostCtx {
             config,
             tls,
             stats: Arc::default(),
+            lifecycle: shutdown::Shutdown::default(),
         }))
+    }
+
+    /// Starts a graceful shutdown of every guest of this host, and returns
+    /// at once: listeners stop accepting (`accept` returns `closed` once
+    /// what was accepted is taken), message streams close with 1001 (going
+    /// away) after what they have queued, TCP byte streams half-close after
+    /// what was written. Objects made later wind down as they are made.
+    /// [`runner::Runner::run`] stops a guest still running
+    /// `limits.shutdown_timeout` later. Calling it again does nothing.
+    pub fn shutdown(&self) {
+        if self.lifecycle.start() {
+            tracing::info!("graceful shutdown started");
+        }
+    }
+
+    /// Whether [`HostCtx::shutdown`] was called.
+    pub fn is_shutting_down(&self) -> bool {
+        self.lifecycle.is_started()
+    }
+
+    /// Resolves once [`HostCtx::shutdown`] was called.
+    pub async fn shutdown_started(&self) {
+        self.lifecycle.started().await
     }
 }
 

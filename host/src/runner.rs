@@ -70,6 +70,10 @@ pub enum RunError {
     /// The guest trapped.
     #[error("guest trapped: {0}")]
     Trap(String),
+    /// The host shut down ([`HostCtx::shutdown`]) and the guest was still
+    /// running `shutdown_timeout` later, so it was stopped.
+    #[error("guest stopped: still running {0:?} after the host started shutting down")]
+    ShutdownDeadline(Duration),
 }
 
 /// The result of one guest run.
@@ -302,7 +306,7 @@ impl Runner {
             Ok(UpdateDeadline::Yield(1))
         });
         store.set_epoch_deadline(1);
-        let result = async {
+        let guest = async {
             let command = Command::instantiate_async(&mut store, component, &self.linker)
                 .await
                 .map_err(|e| RunError::Instantiate(format!("{e:#}")))?;
@@ -311,8 +315,11 @@ impl Runner {
                 Ok(Err(())) => Err(RunError::Exit(1)),
                 Err(e) => Err(classify_trap(e, limits.max_memory_bytes)),
             }
-        }
-        .await;
+        };
+        let result = tokio::select! {
+            result = guest => result,
+            stopped = shutdown_deadline(&self.host) => Err(stopped),
+        };
         fail_streams_on_error(&mut store.data_mut().tether, &result).await;
         drop(store);
         outcome(result, pipes, started)
@@ -452,6 +459,15 @@ impl tokio::io::AsyncWrite for LossyStderr {
 /// text, backtraces) stay in the host's [`Outcome`], never on the wire.
 /// Waits (at most [`CLOSE_FLUSH_WAIT`]) for the close frames to be written,
 /// so that a process that exits right after the run still sends them.
+/// Resolves `shutdown_timeout` after the host started shutting down, with
+/// the error that stops a guest still running then.
+pub(crate) async fn shutdown_deadline(host: &HostCtx) -> RunError {
+    host.shutdown_started().await;
+    let timeout = host.config.limits.shutdown_timeout;
+    tokio::time::sleep(timeout).await;
+    RunError::ShutdownDeadline(timeout)
+}
+
 pub(crate) async fn fail_streams_on_error(tether: &mut TetherCtx, result: &Result<(), RunError>) {
     let reason = match result {
         Ok(()) | Err(RunError::Exit(0)) => return,
@@ -460,6 +476,7 @@ pub(crate) async fn fail_streams_on_error(tether: &mut TetherCtx, result: &Resul
         Err(RunError::Runaway(_)) => "guest stopped: ran too long without yielding",
         Err(RunError::MemoryLimit(_)) => "guest stopped: memory limit",
         Err(RunError::Trap(_)) => "guest trapped",
+        Err(RunError::ShutdownDeadline(_)) => "host shut down",
     };
     let streams = tether.fail_streams(reason);
     let flushed = async {

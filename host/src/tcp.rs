@@ -59,6 +59,25 @@ impl Writer {
         }
     }
 
+    /// Half-closes once every queued byte is sent (`shutdown-send`).
+    fn request_shutdown(&self) -> Result<(), ErrorCode> {
+        let mut st = self.lock();
+        if let Some(e) = &st.error {
+            return Err(ErrorCode::Other(e.clone()));
+        }
+        if st.shutdown_requested {
+            return Ok(());
+        }
+        st.shutdown_requested = true;
+        let idle = st.queued == 0;
+        drop(st);
+        if idle {
+            self.shutdown_now();
+        }
+        self.work.wake();
+        Ok(())
+    }
+
     fn permit(&self, st: &WriteState) -> StreamResult<usize> {
         if let Some(e) = &st.error {
             return Err(StreamError::LastOperationFailed(wasmtime::format_err!(
@@ -72,6 +91,13 @@ impl Writer {
             return Ok(0);
         }
         Ok(self.limit - st.queued)
+    }
+}
+
+impl crate::shutdown::GoingAway for Writer {
+    fn going_away(&self) {
+        // An error already ended the stream: nothing left to half-close.
+        let _ = self.request_shutdown();
     }
 }
 
@@ -284,6 +310,7 @@ pub fn open(stream: TcpStream, ctx: &HostCtx) -> Result<Connection, ErrorCode> {
         work: Signal::default(),
         progress: Signal::default(),
     });
+    ctx.lifecycle.register(Arc::downgrade(&writer) as _);
     tokio::spawn(drain(writer.clone()));
     let input: DynInputStream = Box::new(TcpInput {
         stream,
@@ -305,21 +332,7 @@ pub fn open(stream: TcpStream, ctx: &HostCtx) -> Result<Connection, ErrorCode> {
 impl ByteStream {
     /// Half-closes once every written byte is sent.
     pub fn shutdown_send(&self) -> Result<(), ErrorCode> {
-        let mut st = self.writer.lock();
-        if let Some(e) = &st.error {
-            return Err(ErrorCode::Other(e.clone()));
-        }
-        if st.shutdown_requested {
-            return Ok(());
-        }
-        st.shutdown_requested = true;
-        let idle = st.queued == 0;
-        drop(st);
-        if idle {
-            self.writer.shutdown_now();
-        }
-        self.writer.work.wake();
-        Ok(())
+        self.writer.request_shutdown()
     }
 }
 
@@ -329,6 +342,9 @@ pub type FutureByteStream = Pending<Connection>;
 #[derive(Default)]
 struct ListenerState {
     ready: VecDeque<TcpStream>,
+    /// The host shut down: no more accepting; `accept` returns `closed`
+    /// once `ready` is empty.
+    stopped: bool,
 }
 
 struct ListenerShared {
@@ -336,6 +352,24 @@ struct ListenerShared {
     backlog: usize,
     accepted: Signal,
     room: Signal,
+    /// The accept task (owns the listening socket).
+    task: Mutex<Option<AbortHandle>>,
+}
+
+impl ListenerShared {
+    fn stop_accepting(&self) {
+        if let Some(task) = self.task.lock().unwrap_or_else(|e| e.into_inner()).take() {
+            task.abort();
+        }
+    }
+}
+
+impl crate::shutdown::GoingAway for ListenerShared {
+    fn going_away(&self) {
+        self.stop_accepting();
+        self.lock().stopped = true;
+        self.accepted.wake();
+    }
 }
 
 impl ListenerShared {
@@ -349,12 +383,11 @@ pub struct ByteListener {
     ctx: Arc<HostCtx>,
     shared: Arc<ListenerShared>,
     local: SocketAddr,
-    task: AbortHandle,
 }
 
 impl Drop for ByteListener {
     fn drop(&mut self) {
-        self.task.abort();
+        self.shared.stop_accepting();
     }
 }
 
@@ -391,14 +424,12 @@ impl ByteListener {
             backlog: ctx.config.limits.accept_backlog.max(1),
             accepted: Signal::default(),
             room: Signal::default(),
+            task: Mutex::new(None),
         });
         let task = tokio::spawn(accept_loop(listener, shared.clone())).abort_handle();
-        Ok(ByteListener {
-            ctx,
-            shared,
-            local,
-            task,
-        })
+        *shared.task.lock().unwrap_or_else(|e| e.into_inner()) = Some(task);
+        ctx.lifecycle.register(Arc::downgrade(&shared) as _);
+        Ok(ByteListener { ctx, shared, local })
     }
 }
 
@@ -410,7 +441,10 @@ impl Pollable for AcceptReady {
         let shared = &self.0;
         shared
             .accepted
-            .wait_until(|| !shared.lock().ready.is_empty())
+            .wait_until(|| {
+                let st = shared.lock();
+                !st.ready.is_empty() || st.stopped
+            })
             .await;
     }
 }
@@ -523,9 +557,15 @@ impl wit::HostByteListener for TetherCtxView<'_> {
         let ctx = listener.ctx.clone();
         loop {
             let listener = self.table.get(&this)?;
-            let Some(tcp) = listener.shared.lock().ready.pop_front() else {
-                return Ok(Ok(None));
+            let mut st = listener.shared.lock();
+            let Some(tcp) = st.ready.pop_front() else {
+                return Ok(if st.stopped {
+                    Err(ErrorCode::Closed)
+                } else {
+                    Ok(None)
+                });
             };
+            drop(st);
             listener.shared.room.wake();
             match open(tcp, &ctx) {
                 Ok(conn) => return Ok(Ok(Some(push_connection(self.table, conn)?))),

@@ -58,6 +58,9 @@ pub const CLOSE_TOO_BIG: u16 = 1009;
 /// Close code for "an unexpected condition" (RFC 6455 section 7.4.1): the
 /// host closes a failed guest's streams with it.
 pub const CLOSE_INTERNAL_ERROR: u16 = 1011;
+/// Close code the host sends on every stream when it shuts down gracefully
+/// (RFC 6455 section 7.4.1: "going away").
+pub const CLOSE_GOING_AWAY: u16 = 1001;
 
 /// The tungstenite configuration for a stream under `limits`: messages and
 /// frames up to `max_message_bytes`, a write buffer bounded to one maximal
@@ -156,6 +159,12 @@ impl Shared {
     }
 }
 
+impl crate::shutdown::GoingAway for Shared {
+    fn going_away(&self) {
+        self.queue_close(CLOSE_GOING_AWAY, "going away");
+    }
+}
+
 impl Drop for Shared {
     fn drop(&mut self) {
         let st = self.lock();
@@ -211,6 +220,7 @@ impl MessageStream {
             reader: Mutex::new(None),
             writer: Mutex::new(None),
         });
+        host.lifecycle.register(Arc::downgrade(&shared) as _);
         let reader = tokio::spawn(read_loop(stream, shared.clone()));
         *shared.reader.lock().unwrap() = Some(reader.abort_handle());
         let writer = tokio::spawn(write_loop(shared.clone()));
@@ -853,6 +863,9 @@ pub async fn dial(
 struct ListenerState {
     ready: VecDeque<MessageStream>,
     in_handshake: usize,
+    /// The host shut down: no more accepting; `accept` returns `closed`
+    /// once `ready` is empty.
+    stopped: bool,
 }
 
 struct ListenerShared {
@@ -860,6 +873,24 @@ struct ListenerShared {
     backlog: usize,
     accepted: Signal,
     room: Signal,
+    /// The accept task (owns the listening socket).
+    task: Mutex<Option<AbortHandle>>,
+}
+
+impl ListenerShared {
+    fn stop_accepting(&self) {
+        if let Some(task) = self.task.lock().unwrap_or_else(|e| e.into_inner()).take() {
+            task.abort();
+        }
+    }
+}
+
+impl crate::shutdown::GoingAway for ListenerShared {
+    fn going_away(&self) {
+        self.stop_accepting();
+        self.lock().stopped = true;
+        self.accepted.wake();
+    }
 }
 
 impl ListenerShared {
@@ -872,12 +903,11 @@ impl ListenerShared {
 pub struct Listener {
     shared: Arc<ListenerShared>,
     local: SocketAddr,
-    task: AbortHandle,
 }
 
 impl Drop for Listener {
     fn drop(&mut self) {
-        self.task.abort();
+        self.shared.stop_accepting();
     }
 }
 
@@ -992,19 +1022,19 @@ impl Listener {
             backlog: ctx.config.limits.accept_backlog.max(1),
             accepted: Signal::default(),
             room: Signal::default(),
+            task: Mutex::new(None),
         });
+        let lifecycle = Arc::downgrade(&shared);
         let task = tokio::spawn(accept_loop(
-            ctx,
+            ctx.clone(),
             listener,
             Arc::new(options.subprotocols),
             shared.clone(),
         ))
         .abort_handle();
-        Ok(Listener {
-            shared,
-            local,
-            task,
-        })
+        *shared.task.lock().unwrap_or_else(|e| e.into_inner()) = Some(task);
+        ctx.lifecycle.register(lifecycle as _);
+        Ok(Listener { shared, local })
     }
 
     /// The bound address.
@@ -1012,13 +1042,21 @@ impl Listener {
         self.local
     }
 
-    /// Takes the next accepted stream, if any.
-    pub fn accept(&self) -> Option<MessageStream> {
-        let stream = self.shared.lock().ready.pop_front();
-        if stream.is_some() {
-            self.shared.room.wake();
+    /// Takes the next accepted stream, if any. Errors: `closed` once the
+    /// host shut down and every stream accepted before was taken.
+    pub fn accept(&self) -> Result<Option<MessageStream>, ErrorCode> {
+        let mut st = self.shared.lock();
+        let stream = st.ready.pop_front();
+        let stopped = st.stopped;
+        drop(st);
+        match stream {
+            Some(s) => {
+                self.shared.room.wake();
+                Ok(Some(s))
+            }
+            None if stopped => Err(ErrorCode::Closed),
+            None => Ok(None),
         }
-        stream
     }
 }
 
@@ -1030,7 +1068,10 @@ impl Pollable for AcceptReady {
         let shared = &self.0;
         shared
             .accepted
-            .wait_until(|| !shared.lock().ready.is_empty())
+            .wait_until(|| {
+                let st = shared.lock();
+                !st.ready.is_empty() || st.stopped
+            })
             .await;
     }
 }
@@ -1177,8 +1218,9 @@ impl wit::HostListener for TetherCtxView<'_> {
         this: Resource<Listener>,
     ) -> wasmtime::Result<Result<Option<Resource<MessageStream>>, ErrorCode>> {
         match self.table.get(&this)?.accept() {
-            Some(stream) => Ok(Ok(Some(hand_over(self.ctx, self.table, stream)?))),
-            None => Ok(Ok(None)),
+            Ok(Some(stream)) => Ok(Ok(Some(hand_over(self.ctx, self.table, stream)?))),
+            Ok(None) => Ok(Ok(None)),
+            Err(e) => Ok(Err(e)),
         }
     }
 

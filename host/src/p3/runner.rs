@@ -11,7 +11,7 @@ use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
 use crate::runner::{
     GuestIo, Outcome, RunError, Runaway, classify_trap, fail_streams_on_error, outcome,
-    precompile_cached, wasi_ctx,
+    precompile_cached, shutdown_deadline, wasi_ctx,
 };
 use crate::{Config, HostCtx, TetherCtx, TetherCtxView, TetherView};
 
@@ -139,7 +139,7 @@ impl Runner {
             Ok(wasmtime::UpdateDeadline::Yield(1))
         });
         store.set_epoch_deadline(1);
-        let result = async {
+        let guest = async {
             let command = super::Command::instantiate_async(&mut store, component, &self.linker)
                 .await
                 .map_err(|e| RunError::Instantiate(format!("{e:#}")))?;
@@ -151,8 +151,11 @@ impl Runner {
                 Ok(Ok(Err(()))) => Err(RunError::Exit(1)),
                 Ok(Err(e)) | Err(e) => Err(classify_trap(e, limits.max_memory_bytes)),
             }
-        }
-        .await;
+        };
+        let result = tokio::select! {
+            result = guest => result,
+            stopped = shutdown_deadline(&self.host) => Err(stopped),
+        };
         fail_streams_on_error(&mut store.data_mut().tether, &result).await;
         drop(store);
         outcome(result, pipes, started)

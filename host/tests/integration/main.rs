@@ -6,5 +6,6 @@ mod jetsocat;
 mod jmux;
 mod limits;
 mod quic;
+mod shutdown;
 mod tcp;
 mod websocket;

@@ -1,0 +1,251 @@
+//! Graceful shutdown of `tether run` and `tether jmux` on SIGTERM / SIGINT:
+//! listeners stop accepting, message streams close with 1001 after what
+//! they queued, byte streams half-close, the process exits 0 within
+//! `--shutdown-timeout-ms`, and a second signal exits at once.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::mpsc::Receiver;
+use std::time::{Duration, Instant};
+
+use tungstenite::protocol::frame::coding::CloseCode;
+
+fn tether() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_tether"))
+}
+
+/// Kills the child when the test ends, however it ends.
+struct Running(Child);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+impl Running {
+    fn spawn(args: &[&str]) -> (Running, Receiver<String>) {
+        let mut child = tether()
+            .args(args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let stderr = child.stderr.take().unwrap();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines() {
+                let Ok(line) = line else { return };
+                if tx.send(line).is_err() {
+                    return;
+                }
+            }
+        });
+        (Running(child), rx)
+    }
+
+    fn signal(&self, name: &str) {
+        let status = Command::new("kill")
+            .args([&format!("-{name}"), &self.0.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success(), "kill -{name}");
+    }
+
+    /// Waits at most `limit` for the process to end.
+    fn exit_within(&mut self, limit: Duration) -> (ExitStatus, Duration) {
+        let t0 = Instant::now();
+        loop {
+            if let Some(status) = self.0.try_wait().unwrap() {
+                return (status, t0.elapsed());
+            }
+            assert!(t0.elapsed() < limit, "still running after {limit:?}");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    fn is_running(&mut self) -> bool {
+        self.0.try_wait().unwrap().is_none()
+    }
+}
+
+/// Waits (at most 10 s) for a line containing `needle`; returns it.
+fn wait_for(lines: &Receiver<String>, needle: &str) -> String {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match lines.recv_timeout(left) {
+            Ok(line) if line.contains(needle) => return line,
+            Ok(_) => {}
+            Err(e) => panic!("no line with {needle:?} within 10 s: {e}"),
+        }
+    }
+}
+
+/// Everything the process printed from now until it ended.
+fn rest(lines: &Receiver<String>) -> String {
+    let mut all = Vec::new();
+    while let Ok(line) = lines.recv_timeout(Duration::from_secs(5)) {
+        all.push(line);
+    }
+    all.join("\n")
+}
+
+/// A WebSocket client of `ws://ADDR/` whose reads time out after 10 s.
+fn ws_connect(addr: &str) -> tungstenite::WebSocket<TcpStream> {
+    let tcp = TcpStream::connect(addr).unwrap();
+    tcp.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    tungstenite::client(format!("ws://{addr}/"), tcp).unwrap().0
+}
+
+#[test]
+fn sigterm_closes_message_streams_with_1001_stops_accepting_and_exits_0() {
+    for signal in ["TERM", "INT"] {
+        let (mut server, log) = Running::spawn(&[
+            "run",
+            tether_guest_artifacts::ECHO_PATH,
+            "--listen",
+            "127.0.0.1:*",
+            "--shutdown-timeout-ms",
+            "5000",
+            "--",
+            "server",
+            "127.0.0.1:0",
+        ]);
+        let line = wait_for(&log, "listening on");
+        let addr = line.rsplit(' ').next().unwrap().to_string();
+        let mut ws = ws_connect(&addr);
+        ws.send(tungstenite::Message::text("before")).unwrap();
+        assert_eq!(ws.read().unwrap(), tungstenite::Message::text("before"));
+
+        server.signal(signal);
+        // The open stream gets a close frame with 1001, going away.
+        let close = loop {
+            match ws.read() {
+                Ok(tungstenite::Message::Close(frame)) => break frame,
+                Ok(other) => panic!("{signal}: expected a close frame, got {other:?}"),
+                Err(e) => panic!("{signal}: no close frame: {e}"),
+            }
+        };
+        let close = close.expect("a close frame with a status code");
+        assert_eq!(close.code, CloseCode::Away, "{signal}: {close:?}");
+        let (status, took) = server.exit_within(Duration::from_secs(5));
+        let log = rest(&log);
+        assert_eq!(status.code(), Some(0), "{signal}: {log}");
+        assert!(
+            took < Duration::from_secs(2),
+            "{signal}: exit took {took:?}"
+        );
+        // The listener is gone: a new connection is refused.
+        let refused = TcpStream::connect(&addr);
+        assert!(refused.is_err(), "{signal}: the listener still accepts");
+    }
+}
+
+/// A guest that does not end by itself when its byte stream half-closes
+/// (the probe echoes until the peer's EOF): its peer sees the FIN at once,
+/// the guest is stopped at the shutdown deadline and tether exits 0, or a
+/// second signal ends the process at once.
+#[test]
+fn sigterm_half_closes_byte_streams_then_the_deadline_or_a_second_signal_ends_it() {
+    for (timeout_ms, second_signal) in [("400", false), ("60000", true)] {
+        let target = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = target.local_addr().unwrap().port();
+        let allow = format!("127.0.0.1:{port}");
+        let (mut guest, log) = Running::spawn(&[
+            "run",
+            tether_guest_artifacts::PROBE_PATH,
+            "--allow",
+            &allow,
+            "--shutdown-timeout-ms",
+            timeout_ms,
+            "--",
+            "tcp-echo",
+            &allow,
+        ]);
+        let (mut conn, _) = target.accept().unwrap();
+        conn.set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        conn.write_all(b"ping").unwrap();
+        let mut echoed = [0u8; 4];
+        conn.read_exact(&mut echoed).unwrap();
+        assert_eq!(&echoed, b"ping");
+
+        guest.signal("TERM");
+        let t0 = Instant::now();
+        let mut byte = [0u8; 1];
+        let n = conn.read(&mut byte).expect("EOF, not an error");
+        assert_eq!(n, 0, "the host half-closed the byte stream (FIN)");
+        assert!(
+            t0.elapsed() < Duration::from_secs(2),
+            "FIN after {:?}",
+            t0.elapsed()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+        assert!(
+            guest.is_running(),
+            "the guest still waits for the peer's EOF"
+        );
+
+        if second_signal {
+            std::thread::sleep(Duration::from_millis(200));
+            assert!(guest.is_running(), "the 60 s deadline is far away");
+            guest.signal("TERM");
+            let (status, took) = guest.exit_within(Duration::from_secs(2));
+            assert_eq!(status.code(), Some(128 + 15), "{}", rest(&log));
+            assert!(
+                took < Duration::from_millis(500),
+                "second signal took {took:?}"
+            );
+        } else {
+            let (status, _) = guest.exit_within(Duration::from_secs(5));
+            let log = rest(&log);
+            assert!(
+                t0.elapsed() >= Duration::from_millis(400),
+                "stopped before its deadline: {log}"
+            );
+            assert_eq!(status.code(), Some(0), "{log}");
+            assert!(
+                log.contains("after the host started shutting down"),
+                "{log}"
+            );
+        }
+    }
+}
+
+/// `tether jmux` winds down too: its pipe closes with 1001 and it exits 0.
+#[test]
+fn sigterm_ends_a_jmux_tunnel_with_a_going_away_close() {
+    // A deadline far away: the guest must end by itself once its pipe
+    // closed, not be stopped.
+    let (mut server, log) = Running::spawn(&[
+        "jmux",
+        "--shutdown-timeout-ms",
+        "20000",
+        "--",
+        "ws-listen://127.0.0.1:0",
+        "--allow-all",
+    ]);
+    let line = wait_for(&log, "ws://");
+    let url = line
+        .split_whitespace()
+        .find(|w| w.starts_with("ws://"))
+        .unwrap()
+        .to_string();
+    let mut pipe = ws_connect(url.trim_start_matches("ws://").trim_end_matches('/'));
+    server.signal("TERM");
+    let close = loop {
+        match pipe.read() {
+            Ok(tungstenite::Message::Close(frame)) => break frame,
+            Ok(_) => {}
+            Err(e) => panic!("no close frame: {e}"),
+        }
+    };
+    assert_eq!(close.map(|c| c.code), Some(CloseCode::Away));
+    // Answer the close (tungstenite sends the reply on the next flush).
+    let _ = pipe.flush();
+    let (status, _) = server.exit_within(Duration::from_secs(5));
+    assert_eq!(status.code(), Some(0), "{}", rest(&log));
+}
