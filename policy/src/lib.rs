@@ -160,8 +160,8 @@ impl Policy {
         match internal_range(addr) {
             None if wildcard => Ok(()),
             Some(range) if wildcard => Err(format!(
-                "{dest} is internal ({} {}): a wildcard --allow does not reach internal addresses; allow it by address, CIDR block or `internal`",
-                range.what, range.cidr
+                "{dest} is internal ({}: {}): a wildcard --allow does not reach internal addresses; allow it by address, CIDR block or `internal`",
+                range.cidr, range.what
             )),
             _ => Err(format!("{dest} is not allowed (no --allow rule matches)")),
         }
