@@ -263,7 +263,7 @@ pub fn embedded_ipv4(addr: Ipv6Addr) -> Option<Ipv4Addr> {
 /// them admits it.
 pub fn equivalents(addr: IpAddr) -> Vec<IpAddr> {
     let mut out = twins(addr);
-    if out.iter().any(|a| *a == IpAddr::V4(Ipv4Addr::UNSPECIFIED)) {
+    if out.contains(&IpAddr::V4(Ipv4Addr::UNSPECIFIED)) {
         out.extend(twins(IpAddr::V4(Ipv4Addr::LOCALHOST)));
     }
     if addr == IpAddr::V6(Ipv6Addr::UNSPECIFIED) {

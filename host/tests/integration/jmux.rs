@@ -1011,15 +1011,21 @@ fn fits(
     }
 }
 
+/// A target on 127.0.0.1:T and [::1]:T that accepts and holds each
+/// connection for 2 s; returns T.
+fn loopback_target() -> u16 {
+    crate::policy::loopback_server(|tcp| async move {
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        drop(tcp);
+    })
+}
+
 /// Every spelling of the loopback host in a JMUX `tcp://` OPEN, sent to
 /// the accepting guest by a native peer.
 #[test]
 fn every_loopback_spelling_in_a_jmux_open_meets_the_rules() {
     use tether_host::policy::spellings::LOOPBACK;
-    let port = crate::policy::loopback_server(|tcp| async move {
-        tokio::time::sleep(Duration::from_secs(2)).await;
-        drop(tcp);
-    });
+    let port = loopback_target();
     let rows: Vec<_> = LOOPBACK.iter().filter(|s| s.in_tcp).collect();
     let mut failures = Vec::new();
     for (name, guest_args, deny, admitted) in spelling_columns() {
@@ -1139,10 +1145,7 @@ fn http_connect(proxy: SocketAddr, host: &str, port: u16) -> u16 {
 fn every_loopback_spelling_through_socks5_and_http_connect_meets_the_rules() {
     use tether_host::policy::parse_host;
     use tether_host::policy::spellings::LOOPBACK;
-    let port = crate::policy::loopback_server(|tcp| async move {
-        tokio::time::sleep(Duration::from_secs(2)).await;
-        drop(tcp);
-    });
+    let port = loopback_target();
     // (what, SOCKS5 address type, address bytes or host text, connects)
     let mut socks: Vec<(String, u8, Vec<u8>, bool)> = Vec::new();
     let mut seen = std::collections::HashSet::new();
