@@ -21,8 +21,10 @@ use tether_host::runner::{GuestIo, Outcome, Runner};
 /// The host policy a `jmux-proxy` command line needs, and nothing more:
 /// dialling the pipe's address (`ws://`, `wss://`, `tcp://`), binding the
 /// pipe's and the listeners' addresses, and dialling targets as the guest's
-/// own filter allows (`--allow-all`: any `*:*`; `--allow RULE`: the same
-/// rules; neither: none). `deny` rules are kept as given.
+/// own filter allows (`--allow-all`: any host, internal addresses included,
+/// `*:*` and `internal:*`, since tunnelling into a private network is what
+/// JMUX is for; `--allow RULE`: the same rules, so a wildcard there does not
+/// reach internal addresses; neither: none). `deny` rules are kept as given.
 ///
 /// Errors: a pipe URL or bind address that does not make a host rule.
 pub fn policy_for(args: &ProxyArgs, deny: Vec<Rule>) -> anyhow::Result<Policy> {
@@ -60,7 +62,10 @@ pub fn policy_for(args: &ProxyArgs, deny: Vec<Rule>) -> anyhow::Result<Policy> {
     }
     match &args.filter {
         TargetFilter::DenyAll => {}
-        TargetFilter::AllowAll => allow.push("*:*".parse()?),
+        TargetFilter::AllowAll => {
+            allow.push("*:*".parse()?);
+            allow.push("internal:*".parse()?);
+        }
         TargetFilter::Rules(rules) => {
             for r in rules {
                 allow.push(r.to_string().parse()?);
@@ -251,7 +256,7 @@ mod tests {
 
         let args = parse_args(&["ws-listen://0.0.0.0:9000", "--allow-all"]).unwrap();
         let p = policy_for(&args, Vec::new()).unwrap();
-        assert_eq!(text(&p.allow), ["*:*"]);
+        assert_eq!(text(&p.allow), ["*:*", "internal:*"]);
         assert_eq!(text(&p.listen), ["0.0.0.0:9000"]);
 
         let args = parse_args(&["tcp://10.0.0.1:80", "--allow", "*.lan:22"]).unwrap();

@@ -41,8 +41,12 @@ const OVERVIEW: &str = "Engines (--engine of run):
   wasmtime-winch    the Winch baseline compiler
   wasmtime-pooling  Cranelift with the pooling instance allocator
 
-Rules (--allow, --deny): HOST:PORT, HOST = name | *.suffix | * | IP | [IPv6] | CIDR,
-  PORT = number | LO-HI | *. Listen rules (--listen): the same with an IP, CIDR or * host.
+Rules (--allow, --deny): HOST:PORT, HOST = name | *.suffix | * | IP | [IPv6] | CIDR | internal,
+  PORT = number | LO-HI | *. `internal` (alone: internal:*) is every loopback, unspecified,
+  private, shared, link-local, multicast and broadcast range; a wildcard --allow (*, *.suffix)
+  does not reach those unless an IP/CIDR rule or `internal` allows them. Every spelling of
+  an address (0.0.0.0, 0x7f.1, [::ffff:127.0.0.1], ...) meets the rules of what it reaches.
+  Listen rules (--listen): the same with an IP, CIDR or * host.
 
 Listeners of tether jmux (jetsocat's jmux-proxy forms):
   pipe:      ws://URL | wss://URL | ws-listen://BIND | tcp://HOST:PORT | tcp-listen://BIND
@@ -79,11 +83,13 @@ enum Command {
 #[derive(Args, Clone)]
 pub struct HostArgs {
     /// Allow dialling HOST:PORT (repeatable). HOST: name, *.suffix, *, IP,
-    /// CIDR; PORT: number, LO-HI, or *. Nothing is allowed by default.
+    /// CIDR, internal; PORT: number, LO-HI, or *. Nothing is allowed by
+    /// default; a wildcard does not reach internal addresses.
     #[arg(long = "allow", value_name = "RULE")]
     pub allow: Vec<Rule>,
     /// Never allow HOST:PORT, even when --allow matches; also checked
-    /// against every resolved address (repeatable).
+    /// against every resolved address (repeatable). `--deny internal`
+    /// blocks every internal range.
     #[arg(long = "deny", value_name = "RULE")]
     pub deny: Vec<Rule>,
     /// Allow binding listeners on IP:PORT (repeatable), e.g. 127.0.0.1:*.

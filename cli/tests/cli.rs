@@ -200,3 +200,66 @@ fn help_lists_every_engine_and_every_listener_form() {
         assert!(jmux.contains(form), "`tether jmux --help` lacks {form}");
     }
 }
+
+/// The repro of issue 10, item 1: `tether run probe.wasm --allow '*:*'
+/// --deny 127.0.0.0/8:* --deny [::1]/128:* -- tcp-connect 0.0.0.0:T`, with
+/// a listener on 127.0.0.1:T, prints `denied` naming the loopback rule (it
+/// used to connect: Linux connects the unspecified address to the local
+/// host). `[::]` meets the `[::1]` rule the same way.
+#[test]
+fn run_denies_the_unspecified_address_naming_the_loopback_rule() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let wasm = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("probe-{}.wasm", std::process::id()));
+    std::fs::write(&wasm, tether_guest_artifacts::PROBE).unwrap();
+    for (dest, rule) in [
+        (format!("0.0.0.0:{port}"), "`127.0.0.0/8:*`"),
+        (format!("[::]:{port}"), "`[::1]/128:*`"),
+    ] {
+        let child = tether()
+            .arg("run")
+            .arg(&wasm)
+            .args([
+                "--allow",
+                "*:*",
+                "--deny",
+                "127.0.0.0/8:*",
+                "--deny",
+                "[::1]/128:*",
+            ])
+            .args(["--", "tcp-connect", &dest])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut child = Running(child);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while child.0.try_wait().unwrap().is_none() {
+            assert!(
+                Instant::now() < deadline,
+                "tether run did not finish in 30 s"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let (mut stdout, mut stderr) = (String::new(), String::new());
+        child
+            .0
+            .stdout
+            .take()
+            .unwrap()
+            .read_to_string(&mut stdout)
+            .unwrap();
+        child
+            .0
+            .stderr
+            .take()
+            .unwrap()
+            .read_to_string(&mut stderr)
+            .unwrap();
+        assert!(
+            stdout.starts_with("error denied") && stdout.contains(rule),
+            "{dest}: stdout: {stdout}\nstderr: {stderr}"
+        );
+    }
+}

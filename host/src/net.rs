@@ -3,34 +3,49 @@
 //! delayed ACK costs ~40 ms per back-to-back small write).
 
 use std::io;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr, SocketAddrV4, SocketAddrV6};
 
 use tokio::net::{TcpListener, TcpStream};
 
 use crate::HostCtx;
 use crate::bindings::ErrorCode;
-use crate::policy::NameCheck;
+use crate::policy::{Host, NameCheck, parse_host};
 
 /// Splits `host:port` (IPv6 literals in brackets) into its parts.
 ///
 /// Errors: `invalid-url` naming what is missing.
 pub fn split_host_port(address: &str) -> Result<(String, u16), ErrorCode> {
+    let (host, port) = parse_destination(address)?;
+    let host = match host {
+        Host::Ip {
+            addr: IpAddr::V6(a),
+            zone: Some(z),
+        } => format!("{a}%{z}"),
+        Host::Ip { addr, .. } => addr.to_string(),
+        Host::Name(n) => n,
+    };
+    Ok((host, port))
+}
+
+/// Parses a `host:port` destination into its canonical host
+/// ([`crate::policy::parse_host`]: every spelling of an address is that
+/// address) and its port (decimal).
+///
+/// Errors: `invalid-url` naming what is wrong.
+pub fn parse_destination(address: &str) -> Result<(Host, u16), ErrorCode> {
     let bad = |why: &str| ErrorCode::InvalidUrl(format!("`{address}`: {why} (expected host:port)"));
     let (host, port) = address
         .rsplit_once(':')
         .ok_or_else(|| bad("missing port"))?;
-    let port: u16 = port.parse().map_err(|_| bad("bad port"))?;
-    let host = host
-        .strip_prefix('[')
-        .and_then(|h| h.strip_suffix(']'))
-        .unwrap_or(host);
+    if port.is_empty() || !port.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(bad("bad port"));
+    }
+    let port: u16 = port.parse().map_err(|_| bad("port above 65535"))?;
     if host.is_empty() {
         return Err(bad("missing host"));
     }
-    if host.contains(':') && host.parse::<std::net::Ipv6Addr>().is_err() {
-        return Err(bad("bad IPv6 literal"));
-    }
-    Ok((host.to_string(), port))
+    let host = parse_host(host).map_err(|e| bad(&e.to_string()))?;
+    Ok((host, port))
 }
 
 /// Maps an I/O error of connect/accept/read/write to the guest's error code.
@@ -43,31 +58,63 @@ pub fn io_error(e: &io::Error) -> ErrorCode {
 }
 
 /// Checks `host:port` against the policy before any DNS (the cheap,
-/// synchronous half of [`dial`], so a denied connect fails at once).
-pub fn precheck(ctx: &HostCtx, host: &str, port: u16) -> Result<NameCheck, ErrorCode> {
+/// synchronous half of [`dial`], so a denied connect fails at once; an IP
+/// address is decided here in full).
+///
+/// Errors: `denied`, naming the rule or the reason.
+pub fn precheck(ctx: &HostCtx, host: &Host, port: u16) -> Result<NameCheck, ErrorCode> {
     ctx.config
         .policy
         .check_name(host, port)
         .map_err(ErrorCode::Denied)
 }
 
-/// Resolves `host`, keeps the addresses the policy admits, and connects to
-/// the first that answers, within `limits.connect_timeout` overall.
+/// The interface index of an IPv6 zone id: a number as is, a name through
+/// `if_nametoindex`.
 ///
-/// Errors: `denied`, `dns-failure`, `connection-refused`, `timeout`, `other`.
+/// Errors: `invalid-url` for an interface that does not exist.
+fn scope_id(zone: &str) -> Result<u32, ErrorCode> {
+    if let Ok(n) = zone.parse::<u32>() {
+        return Ok(n);
+    }
+    let name = std::ffi::CString::new(zone)
+        .map_err(|_| ErrorCode::InvalidUrl(format!("bad zone id `{zone}`")))?;
+    // SAFETY: `name` is a valid NUL-terminated string that outlives the
+    // call; if_nametoindex only reads it.
+    match unsafe { libc::if_nametoindex(name.as_ptr()) } {
+        0 => Err(ErrorCode::InvalidUrl(format!(
+            "zone id `{zone}`: no such interface"
+        ))),
+        n => Ok(n),
+    }
+}
+
+/// Resolves `host` (a name only: an address is used as is, with its zone),
+/// keeps the addresses the policy admits, and connects to the first that
+/// answers, within `limits.connect_timeout` overall. Each socket connects
+/// to exactly an address that was checked: names are resolved once.
+///
+/// Errors: `denied`, `dns-failure`, `connection-refused`, `timeout`,
+/// `invalid-url` (an unknown zone id), `other`.
 pub async fn dial(
     ctx: &HostCtx,
-    host: &str,
+    host: &Host,
     port: u16,
     check: NameCheck,
 ) -> Result<TcpStream, ErrorCode> {
     let deadline = ctx.config.limits.connect_timeout;
     let work = async {
-        let addrs: Vec<SocketAddr> = match host.parse::<std::net::IpAddr>() {
-            Ok(ip) => vec![SocketAddr::new(ip, port)],
-            Err(_) => tokio::net::lookup_host((host, port))
+        let addrs: Vec<SocketAddr> = match host {
+            Host::Ip { addr, zone } => {
+                let scope = zone.as_deref().map(scope_id).transpose()?.unwrap_or(0);
+                vec![match addr {
+                    IpAddr::V4(a) => SocketAddr::V4(SocketAddrV4::new(*a, port)),
+                    IpAddr::V6(a) => SocketAddr::V6(SocketAddrV6::new(*a, port, 0, scope)),
+                }]
+            }
+            Host::Name(name) => tokio::net::lookup_host((name.as_str(), port))
                 .await
-                .map_err(|e| ErrorCode::DnsFailure(format!("{host}: {e}")))?
+                .map_err(|e| ErrorCode::DnsFailure(format!("{name}: {e}")))?
                 .collect(),
         };
         if addrs.is_empty() {
@@ -139,7 +186,32 @@ mod tests {
     fn host_port_forms() {
         assert_eq!(split_host_port("a.b:80").unwrap(), ("a.b".into(), 80));
         assert_eq!(split_host_port("[::1]:22").unwrap(), ("::1".into(), 22));
-        for bad in ["nohost", ":80", "a:b", "a:99999", "[zz::]:1", "::1:22:x"] {
+        assert_eq!(split_host_port("A.b.:80").unwrap(), ("a.b".into(), 80));
+        assert_eq!(
+            split_host_port("0x7f.1:80").unwrap(),
+            ("127.0.0.1".into(), 80)
+        );
+        assert_eq!(
+            split_host_port("[::ffff:7f00:1]:80").unwrap(),
+            ("::ffff:127.0.0.1".into(), 80)
+        );
+        assert_eq!(
+            split_host_port("[fe80::1%2]:80").unwrap(),
+            ("fe80::1%2".into(), 80)
+        );
+        for bad in [
+            "nohost",
+            ":80",
+            "a:b",
+            "a:99999",
+            "a:+80",
+            "a:",
+            "[zz::]:1",
+            "::1:22:x",
+            "%31.0.0.1:80",
+            "256.1:80",
+            "a b:80",
+        ] {
             assert!(
                 matches!(split_host_port(bad), Err(ErrorCode::InvalidUrl(_))),
                 "{bad}"

@@ -467,7 +467,7 @@ impl wit::Host for TetherCtxView<'_> {
         &mut self,
         address: String,
     ) -> wasmtime::Result<Result<Resource<FutureByteStream>, ErrorCode>> {
-        let (host, port) = match net::split_host_port(&address) {
+        let (host, port) = match net::parse_destination(&address) {
             Ok(hp) => hp,
             Err(e) => return Ok(Err(e)),
         };

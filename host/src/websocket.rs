@@ -723,8 +723,12 @@ impl Pollable for SendReady {
 pub struct WsTarget {
     /// The URL as given.
     pub url: url::Url,
-    /// Host name or IP literal (no brackets).
+    /// Host name or IP literal (no brackets), as the URL parser (WHATWG)
+    /// normalised it: the TLS server name.
     pub host: String,
+    /// The host as the policy decides it and the socket reaches it
+    /// ([`crate::policy::parse_host`] of `host`).
+    pub dest: crate::policy::Host,
     /// Port (80/443 by default).
     pub port: u16,
     /// `wss://`.
@@ -754,12 +758,15 @@ pub fn parse_ws_url(text: &str) -> Result<WsTarget, ErrorCode> {
             "`{text}`: a WebSocket URL has no fragment (RFC 6455 section 3)"
         )));
     }
+    let dest = crate::policy::parse_host(&host)
+        .map_err(|e| ErrorCode::InvalidUrl(format!("`{text}`: {e}")))?;
     let port = url
         .port_or_known_default()
         .unwrap_or(if tls { 443 } else { 80 });
     Ok(WsTarget {
         url,
         host,
+        dest,
         port,
         tls,
     })
@@ -808,7 +815,7 @@ pub async fn dial(
     options: ConnectOptions,
     check: crate::policy::NameCheck,
 ) -> Result<MessageStream, ErrorCode> {
-    let tcp = net::dial(&ctx, &target.host, target.port, check).await?;
+    let tcp = net::dial(&ctx, &target.dest, target.port, check).await?;
     let peer = tcp.peer_addr().map_err(|e| net::io_error(&e))?;
     let mut request = target
         .url
@@ -1097,7 +1104,7 @@ impl wit::Host for TetherCtxView<'_> {
             Ok(t) => t,
             Err(e) => return Ok(Err(e)),
         };
-        let check = match net::precheck(&self.ctx.host, &target.host, target.port) {
+        let check = match net::precheck(&self.ctx.host, &target.dest, target.port) {
             Ok(c) => c,
             Err(e) => return Ok(Err(e)),
         };

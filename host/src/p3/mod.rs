@@ -103,7 +103,7 @@ impl<T> wit::HostWithStore<T> for HasTetherAsync {
             Err(e) => return Ok(Err(error(e))),
         };
         let host = store.with(|mut s| s.get().ctx.host.clone());
-        let check = match net::precheck(&host, &target.host, target.port) {
+        let check = match net::precheck(&host, &target.dest, target.port) {
             Ok(c) => c,
             Err(e) => return Ok(Err(error(e))),
         };

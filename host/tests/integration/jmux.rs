@@ -954,3 +954,253 @@ fn malformed_input_ends_the_session_naming_the_message() {
         "{stderr}"
     );
 }
+
+/// The three policies of the JMUX spelling table, as `tether jmux` derives
+/// them (`policy_for`): `--allow-all` with the loopback ranges denied
+/// (every spelling refused, reason 2), `--allow-all` alone (every spelling
+/// admitted: tunnelling into the private network is what JMUX is for), and
+/// `--allow '*:*'` (a wildcard: every spelling refused as internal).
+fn spelling_columns() -> Vec<(&'static str, Vec<&'static str>, Vec<&'static str>, bool)> {
+    vec![
+        (
+            "--allow-all, deny loopback",
+            vec!["--allow-all"],
+            vec!["127.0.0.0/8:*", "[::1]/128:*"],
+            false,
+        ),
+        ("--allow-all", vec!["--allow-all"], vec![], true),
+        ("--allow *:*", vec!["--allow", "*:*"], vec![], false),
+    ]
+}
+
+/// The host configuration `tether jmux GUEST_ARGS --deny DENY...` gives the
+/// accepting guest (its pipe listens on any 127.0.0.1 port here).
+fn jmux_server_config(guest_args: &[&str], deny: &[&str]) -> tether_host::Config {
+    let mut args = vec!["ws-listen://127.0.0.1:0"];
+    args.extend(guest_args);
+    let parsed = tether_jmux::proxy::cli::parse_args(&args).unwrap();
+    let deny = deny.iter().map(|r| r.parse().unwrap()).collect();
+    let mut policy = tether_bench::tunnel::policy_for(&parsed, deny).unwrap();
+    policy.listen = vec!["127.0.0.1:*".parse().unwrap()];
+    tether_host::Config {
+        policy,
+        limits: tether_host::Limits {
+            // IPv4-compatible and NAT64 spellings are admitted but not
+            // routed: fail them fast.
+            connect_timeout: Duration::from_millis(700),
+            ..tether_host::Limits::default()
+        },
+        ..tether_host::Config::default()
+    }
+}
+
+/// Whether an answer fits the column: refused as not allowed by rule set
+/// (`admitted` false), or admitted: opened when the spelling connects on
+/// Linux, otherwise any failure but "not allowed" and "address type".
+fn fits(
+    admitted: bool,
+    connects: bool,
+    opened: bool,
+    not_allowed: bool,
+    bad_address: bool,
+) -> bool {
+    match (admitted, connects) {
+        (false, _) => not_allowed,
+        (true, true) => opened,
+        (true, false) => !not_allowed && !bad_address,
+    }
+}
+
+/// A target on 127.0.0.1:T and [::1]:T that accepts and holds each
+/// connection for 2 s; returns T.
+fn loopback_target() -> u16 {
+    crate::policy::loopback_server(|tcp| async move {
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        drop(tcp);
+    })
+}
+
+/// Every spelling of the loopback host in a JMUX `tcp://` OPEN, sent to
+/// the accepting guest by a native peer.
+#[test]
+fn every_loopback_spelling_in_a_jmux_open_meets_the_rules() {
+    use tether_host::policy::spellings::LOOPBACK;
+    let port = loopback_target();
+    let rows: Vec<_> = LOOPBACK.iter().filter(|s| s.in_tcp).collect();
+    let mut failures = Vec::new();
+    for (name, guest_args, deny, admitted) in spelling_columns() {
+        let runner = Arc::new(
+            Runner::new(
+                jmux_server_config(&guest_args, &deny),
+                EngineKind::Cranelift,
+            )
+            .unwrap(),
+        );
+        let (_g, pipe) = server_guest(&runner, &guest_args);
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let answers = rt.block_on(async {
+            let mut peer = RawPeer::connect(pipe).await;
+            for (i, s) in rows.iter().enumerate() {
+                peer.send(&open(i as u32, &format!("tcp://{}:{port}", s.text)))
+                    .await;
+            }
+            let mut answers = std::collections::HashMap::new();
+            let deadline = Instant::now() + Duration::from_secs(30);
+            while answers.len() < rows.len() {
+                assert!(
+                    Instant::now() < deadline,
+                    "{name}: only {} answers in 30 s",
+                    answers.len()
+                );
+                match peer.next().await.expect("session alive") {
+                    Message::OpenSuccess {
+                        recipient_channel_id,
+                        ..
+                    } => {
+                        answers.insert(recipient_channel_id, Ok(()));
+                    }
+                    Message::OpenFailure {
+                        recipient_channel_id,
+                        reason_code,
+                        description,
+                    } => {
+                        answers.insert(recipient_channel_id, Err((reason_code, description)));
+                    }
+                    _ => {}
+                }
+            }
+            answers
+        });
+        for (i, s) in rows.iter().enumerate() {
+            let got = &answers[&(i as u32)];
+            let reason = got.as_ref().err().map(|(r, _)| *r);
+            let ok = fits(
+                admitted,
+                s.connects,
+                got.is_ok(),
+                reason == Some(ReasonCode::NotAllowedByRuleSet),
+                reason == Some(ReasonCode::AddressTypeNotSupported),
+            );
+            if !ok {
+                failures.push(format!(
+                    "OPEN tcp://{}:{port} under {name}: {got:?}",
+                    s.text
+                ));
+            }
+        }
+    }
+    assert!(rows.len() >= 30);
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// One SOCKS5 CONNECT (RFC 1928, no authentication) with address type
+/// `atyp` and `addr` (4 or 16 bytes, or a name); returns the reply code.
+fn socks5_connect(proxy: SocketAddr, atyp: u8, addr: &[u8], port: u16) -> u8 {
+    let mut s = TcpStream::connect(proxy).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(15))).unwrap();
+    s.write_all(&[5, 1, 0]).unwrap();
+    let mut method = [0u8; 2];
+    s.read_exact(&mut method).unwrap();
+    assert_eq!(method, [5, 0]);
+    let mut req = vec![5, 1, 0, atyp];
+    if atyp == 3 {
+        req.push(addr.len() as u8);
+    }
+    req.extend_from_slice(addr);
+    req.extend_from_slice(&port.to_be_bytes());
+    s.write_all(&req).unwrap();
+    let mut reply = [0u8; 10];
+    s.read_exact(&mut reply).unwrap();
+    reply[1]
+}
+
+/// One HTTP CONNECT to `host:port`; returns the status code.
+fn http_connect(proxy: SocketAddr, host: &str, port: u16) -> u16 {
+    let mut s = TcpStream::connect(proxy).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(15))).unwrap();
+    write!(
+        s,
+        "CONNECT {host}:{port} HTTP/1.1\r\nHost: {host}:{port}\r\n\r\n"
+    )
+    .unwrap();
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n") && s.read(&mut byte).unwrap() == 1 {
+        head.push(byte[0]);
+    }
+    let line = String::from_utf8_lossy(&head);
+    line.split(' ')
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or_else(|| panic!("no status: {line:?}"))
+}
+
+/// Every spelling of the loopback host through a client guest's SOCKS5
+/// listener (address types 1, 3 and 4) and HTTP proxy listener (CONNECT),
+/// to an accepting guest under each column's policy.
+#[test]
+fn every_loopback_spelling_through_socks5_and_http_connect_meets_the_rules() {
+    use tether_host::policy::parse_host;
+    use tether_host::policy::spellings::LOOPBACK;
+    let port = loopback_target();
+    // (what, SOCKS5 address type, address bytes or host text, connects)
+    let mut socks: Vec<(String, u8, Vec<u8>, bool)> = Vec::new();
+    let mut seen = std::collections::HashSet::new();
+    for s in LOOPBACK.iter().filter(|s| s.in_tcp) {
+        let bare = s.text.trim_start_matches('[').trim_end_matches(']');
+        socks.push((
+            format!("type 3 `{bare}`"),
+            3,
+            bare.as_bytes().to_vec(),
+            s.connects,
+        ));
+        if let Some(ip) = parse_host(s.text).unwrap().ip()
+            && seen.insert(ip)
+        {
+            let (atyp, bytes) = match ip {
+                std::net::IpAddr::V4(a) => (1, a.octets().to_vec()),
+                std::net::IpAddr::V6(a) => (4, a.octets().to_vec()),
+            };
+            socks.push((format!("type {atyp} {ip}"), atyp, bytes, s.connects));
+        }
+    }
+    assert!(socks.iter().any(|r| r.1 == 1) && socks.iter().any(|r| r.1 == 4));
+    let mut failures = Vec::new();
+    for (name, guest_args, deny, admitted) in spelling_columns() {
+        let server_runner = Arc::new(
+            Runner::new(
+                jmux_server_config(&guest_args, &deny),
+                EngineKind::Cranelift,
+            )
+            .unwrap(),
+        );
+        let (_t, _, lp) = pair(
+            &guest(&server_runner),
+            &guest(&runner()),
+            &[],
+            &["socks5-listen", "http-listen"],
+            &guest_args,
+        );
+        let (socks_proxy, http_proxy) = (local(lp[0]), local(lp[1]));
+        for (what, atyp, addr, connects) in &socks {
+            let code = socks5_connect(socks_proxy, *atyp, addr, port);
+            // Reply codes are the JMUX reasons: 0 success, 2 not allowed
+            // by rule set, 8 address type not supported.
+            if !fits(admitted, *connects, code == 0, code == 2, code == 8) {
+                failures.push(format!("SOCKS5 {what} under {name}: reply {code}"));
+            }
+        }
+        for s in LOOPBACK {
+            // A zone id is `%25` in a URI (RFC 6874).
+            let host = s.text.replace("%1]", "%251]");
+            let code = http_connect(http_proxy, &host, port);
+            if !fits(admitted, s.connects, code == 200, code == 403, code == 400) {
+                failures.push(format!("CONNECT {host}:{port} under {name}: {code}"));
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}

@@ -5,6 +5,7 @@ mod common;
 mod jetsocat;
 mod jmux;
 mod limits;
+mod policy;
 mod quic;
 mod shutdown;
 mod tcp;

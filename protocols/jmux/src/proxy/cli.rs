@@ -272,7 +272,13 @@ mod tests {
         .unwrap();
         assert_eq!(c.pipe, PipeSpec::TcpConnect("gw.example:7171".into()));
         assert!(c.filter.allows("host.lan", 22));
-        assert!(!c.filter.allows("host.lan", 23));
+        assert!(c.filter.allows("0x7f.1", 23));
+        assert!(!c.filter.allows("10.0.0.1", 23));
+        // A name on another port passes only to have its addresses checked
+        // by the host against `127.0.0.1:*` after DNS.
+        assert!(c.filter.allows("host.lan", 23));
+        let d = parse_args(&["tcp://gw.example:7171", "--allow=*.lan:22"]).unwrap();
+        assert!(!d.filter.allows("host.lan", 23));
         assert_eq!(
             parse_args(&["tcp-listen://127.0.0.1:0"]).unwrap().pipe,
             PipeSpec::TcpListen("127.0.0.1:0".into())

@@ -123,6 +123,30 @@ pub fn failure_response(reason: ReasonCode, description: &str) -> Vec<u8> {
     response(status, &body)
 }
 
+/// Decodes the percent-escapes of a URI host (RFC 3986 section 2.1:
+/// `reg-name` may hold them, and a zone id is written `%25`, RFC 6874),
+/// so the host meets the rules of what it names. `None` when an escape is
+/// malformed or decodes to a byte that is not ASCII.
+fn percent_decode(host: &str) -> Option<String> {
+    if !host.contains('%') {
+        return Some(host.to_owned());
+    }
+    let bytes = host.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = host.get(i + 1..i + 3)?;
+            out.push(u8::from_str_radix(hex, 16).ok().filter(u8::is_ascii)?);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).ok()
+}
+
 fn split_authority(authority: &str, default_port: Option<u16>) -> Option<Destination> {
     // `[v6]:port`, `host:port`, or `host` with a default port.
     let (host, port) = if let Some(rest) = authority.strip_prefix('[') {
@@ -139,6 +163,7 @@ fn split_authority(authority: &str, default_port: Option<u16>) -> Option<Destina
             None => (authority, default_port?),
         }
     };
+    let host = percent_decode(host)?;
     if host.is_empty() || host.contains(['/', '@', ' ']) {
         return None;
     }
@@ -275,6 +300,33 @@ mod tests {
             .unwrap()
             .unwrap();
         assert_eq!(r.destination(), &Destination::tcp("::1", 22));
+        // Percent-escapes in the host are decoded (RFC 3986 section 2.1),
+        // a zone id is written %25 (RFC 6874).
+        for (head, host) in [
+            (
+                &b"CONNECT %31%32%37.0.0.1:80 HTTP/1.1\r\n\r\n"[..],
+                "127.0.0.1",
+            ),
+            (b"CONNECT %6C%6Fcalhost:80 HTTP/1.1\r\n\r\n", "localhost"),
+            (
+                b"CONNECT [fe80::1%25eth0]:80 HTTP/1.1\r\n\r\n",
+                "fe80::1%eth0",
+            ),
+            (b"GET http://%30x7f.1/ HTTP/1.1\r\n\r\n", "0x7f.1"),
+        ] {
+            let (r, _) = parse_request(head).unwrap().unwrap();
+            assert_eq!(r.destination().host, host);
+        }
+        for bad in [
+            &b"CONNECT %zz:80 HTTP/1.1\r\n\r\n"[..],
+            b"CONNECT a%2Fb:80 HTTP/1.1\r\n\r\n",
+            b"CONNECT %C3%BC:80 HTTP/1.1\r\n\r\n",
+        ] {
+            assert!(matches!(
+                parse_request(bad),
+                Err(HttpProxyError::BadTarget(_))
+            ));
+        }
         assert!(matches!(
             parse_request(b"CONNECT example.com HTTP/1.1\r\n\r\n"),
             Err(HttpProxyError::BadTarget(_))
