@@ -29,7 +29,7 @@ use tether_jmux::proxy::cli::{self, ListenerSpec, ProxyArgs};
 use tether_jmux::proxy::rules::TargetFilter;
 use tether_jmux::proxy::{http, socks5};
 use tether_jmux::{
-    ChannelError, ChannelId, Config, Destination, DestinationError, Event, ReasonCode, Session,
+    ChannelError, ChannelId, Destination, DestinationError, Event, ReasonCode, Session,
 };
 
 use pipe::{Pipe, Read, Wrote, stream_error};
@@ -91,7 +91,7 @@ fn run(args: ProxyArgs) -> Result<(), String> {
             pending: true,
         });
     }
-    let session = Session::new(Config::default()).map_err(|e| e.to_string())?;
+    let session = Session::new(args.session).map_err(|e| e.to_string())?;
     let mut proxy = Proxy {
         session,
         pipe,
@@ -216,6 +216,9 @@ struct Chan {
     writable: bool,
     peer_eof: bool,
     shut: bool,
+    /// `flush` was called on the output stream: once `check-write` grants
+    /// room again, the host's write buffer is empty.
+    flushed: bool,
 }
 
 impl Chan {
@@ -235,6 +238,30 @@ impl Chan {
             writable: true,
             peer_eof: false,
             shut: false,
+            flushed: false,
+        }
+    }
+
+    /// Whether the host has written every byte given to the output stream
+    /// (flushing first; `false`: wait for the output pollable). A failed or
+    /// half-closed stream holds nothing more.
+    fn host_drained(&mut self) -> bool {
+        if self.shut {
+            // Half-closed once drained, nothing written since.
+            return true;
+        }
+        if !self.flushed {
+            self.flushed = true;
+            if self.conn.output.flush().is_err() {
+                return true;
+            }
+        }
+        match self.conn.output.check_write() {
+            Ok(0) => {
+                self.writable = false;
+                false
+            }
+            Ok(_) | Err(_) => true,
         }
     }
 
@@ -490,6 +517,9 @@ impl Proxy {
             match event {
                 Event::OpenRequest { id, destination } => self.on_open_request(id, destination),
                 Event::Opened { id } => {
+                    // The client socket keeps the channel in use until it
+                    // is gone (see `pump_write`).
+                    let _ = self.session.hold(id);
                     if let Some(chan) = self.chan(id) {
                         chan.opened = true;
                         chan.readable = true;
@@ -606,6 +636,9 @@ impl Proxy {
             match result {
                 Ok(parts) => {
                     if self.session.accept(id).is_ok() {
+                        // The target socket keeps the channel in use until
+                        // it is gone (see `pump_write`).
+                        let _ = self.session.hold(id);
                         self.insert_chan(
                             id,
                             Chan::new(Conn::new(parts), true, Greeting::None, Vec::new()),
@@ -836,13 +869,34 @@ impl Proxy {
             let _ = session.abort(id);
             return;
         }
-        if chan.peer_eof
-            && !chan.shut
-            && chan.out.is_empty()
-            && session.peek(id).is_ok_and(<[u8]>::is_empty)
-        {
+        let delivered = chan.out.is_empty() && session.peek(id).is_ok_and(<[u8]>::is_empty);
+        if !delivered || !chan.writable {
+            // Bytes still to write, or waiting for the output pollable.
+            return;
+        }
+        // CLOSE went both ways: nothing more will come for the socket.
+        let done = session
+            .channel(id)
+            .is_some_and(|c| c.close_sent && c.close_received);
+        let fin_due = chan.peer_eof && !chan.shut;
+        if !done && !fin_due {
+            return;
+        }
+        // Every byte the peer sent was handed to the host: wait until the
+        // host has written them all too. Only then FIN (after the peer's
+        // EOF), and only then does the socket go and the channel stop
+        // counting against the cap (JMUX spec: deliver what came before
+        // CLOSE; a target that never reads keeps its channel in use).
+        if !chan.host_drained() {
+            return;
+        }
+        if fin_due {
             chan.shut = true;
             let _ = chan.conn.stream.shutdown_send();
+        }
+        if done {
+            chans[id.0 as usize] = None;
+            let _ = session.release(id);
         }
     }
 

@@ -36,6 +36,10 @@ use crate::sender::{PushError, Sender, SenderConfig};
 /// Source: JMUX spec, "Windows and packet sizes"; jetsocat 2026.2.4.
 pub const MIN_WINDOW: u32 = 2 * 4096;
 
+/// The largest window the spec allows, bytes: "The window MUST NOT be
+/// increased above 2^32 - 1 bytes" (JMUX spec, "Data Transfer").
+const MAX_WINDOW: u64 = u32::MAX as u64;
+
 /// A drained receive buffer keeps up to this much capacity (bytes) for the
 /// next DATA; a larger one (a stalled channel's) is freed.
 const RX_KEEP_CAPACITY: usize = 256 * 1024;
@@ -85,8 +89,15 @@ pub struct Config {
     /// channels` (1 GiB at 1024 channels of 1 MiB). Must be > 0.
     pub receive_budget: u64,
     /// Most channels in use at once, both directions (default 1024). An
-    /// incoming OPEN beyond it is answered with OPEN FAILURE (general
-    /// failure) without an event; [`Session::open`] fails.
+    /// incoming OPEN beyond it is answered with OPEN FAILURE (reason 1,
+    /// general failure: the spec has no resource-shortage code, and the
+    /// reference answers "no more ID available" the same way) without an
+    /// event; [`Session::open`] fails. A channel is in use from its OPEN
+    /// until it is freed ([`Event::Closed`]): CLOSE went both ways, its
+    /// buffered input was consumed or dropped, and the driver released it
+    /// if it held it ([`Session::hold`]: a socket still holding a closed
+    /// channel's bytes keeps counting). A refused OPEN counts until its
+    /// OPEN FAILURE is in the output buffer.
     pub max_channels: u32,
     /// How long an OPEN may wait for its answer before the session reports
     /// [`Event::OpenFailed`] with [`ReasonCode::TtlExpired`] (default
@@ -178,8 +189,9 @@ pub enum Event {
         /// The channel.
         id: ChannelId,
     },
-    /// The channel is finished: CLOSE went both ways and its buffered bytes
-    /// were consumed (or dropped by [`Session::abort`]). The id is free and
+    /// The channel is finished: CLOSE went both ways, its buffered bytes
+    /// were consumed (or dropped by [`Session::abort`]) and the driver
+    /// released it if it held it ([`Session::hold`]). The id is free and
     /// may be reused. Emitted once for every channel that was opened or
     /// accepted.
     Closed {
@@ -281,9 +293,14 @@ pub struct Stats {
     pub dropped_data_bytes: u64,
     /// DATA larger than the maximum packet size we advertised (accepted).
     pub oversized_data: u64,
-    /// Incoming OPENs refused by the session itself (too many channels, or
-    /// the peer's maximum packet size <= 8).
+    /// Incoming OPENs refused by the session itself (too many channels,
+    /// the peer's maximum packet size <= 8, or a sender channel id the
+    /// peer already uses for a live channel).
     pub auto_rejected_opens: u64,
+    /// WINDOW ADJUSTs that would have raised our send credit above
+    /// 2^32 - 1 bytes (the credit stops there; JMUX spec, "Data
+    /// Transfer").
+    pub window_overflows: u64,
 }
 
 /// The JMUX session state machine (see the module docs).
@@ -702,6 +719,48 @@ impl Session {
         Ok(())
     }
 
+    /// The driver holds a local resource for this open channel (its target
+    /// or client socket): the channel stays in use, counted against
+    /// [`Config::max_channels`] with its id kept from reuse, until
+    /// [`Session::release`], even after CLOSE went both ways and its
+    /// buffered bytes were consumed. [`Event::Closed`] comes only then.
+    ///
+    /// Why: bytes consumed from the session may still wait in the socket
+    /// (the host's write buffer, the kernel's); a channel freed at CLOSE
+    /// would let a peer that fills windows towards a target that never
+    /// reads, then closes, open sockets without bound. A driver that
+    /// holds releases once the socket is gone or has taken every byte.
+    /// Idempotent.
+    ///
+    /// Errors: [`ChannelError::UnknownChannel`], [`ChannelError::NotOpen`]
+    /// (hold once the channel is open: after [`Session::accept`] or on
+    /// [`Event::Opened`]).
+    ///
+    /// Source: JMUX spec, "Channel life cycle" (a party *may* reuse an id
+    /// once CLOSE went both ways; "it is RECOMMENDED that all data sent
+    /// before [CLOSE] be delivered to the actual destination").
+    pub fn hold(&mut self, id: ChannelId) -> Result<(), ChannelError> {
+        let ch = self.get_mut(id).ok_or(ChannelError::UnknownChannel(id))?;
+        if ch.phase != Phase::Open {
+            return Err(ChannelError::NotOpen(id));
+        }
+        ch.held = true;
+        Ok(())
+    }
+
+    /// The driver's local resource for the channel is gone (see
+    /// [`Session::hold`]). A channel whose CLOSE went both ways and whose
+    /// buffered bytes were consumed is freed now ([`Event::Closed`]);
+    /// otherwise it is freed when that happens. Idempotent.
+    ///
+    /// Errors: [`ChannelError::UnknownChannel`].
+    pub fn release(&mut self, id: ChannelId) -> Result<(), ChannelError> {
+        let ch = self.get_mut(id).ok_or(ChannelError::UnknownChannel(id))?;
+        ch.held = false;
+        self.free_if_finished(id);
+        Ok(())
+    }
+
     /// Abnormal end (local read or write error): queues CLOSE at once
     /// without EOF, drops the receive buffer and refuses further sends. The
     /// id is freed once the peer's CLOSE arrives ([`Event::Closed`] then). On
@@ -1026,6 +1085,23 @@ impl Session {
             ));
             return;
         }
+        // The peer may reuse its id only once CLOSE went both ways (JMUX
+        // spec, "Closing a Channel"); a second OPEN from an id still live
+        // here would make two channels the peer cannot tell apart.
+        let duplicate = self.channels.iter().flatten().any(|ch| {
+            matches!(ch.phase, Phase::Requested | Phase::Open)
+                && ch.remote_id == remote_id
+                && !ch.close_received
+        });
+        if duplicate {
+            self.stats.auto_rejected_opens += 1;
+            self.queue(open_failure(
+                remote_id,
+                ReasonCode::GeneralFailure,
+                &format!("sender channel id {remote_id} is already in use"),
+            ));
+            return;
+        }
         let mut ch = Channel::new(Phase::Requested, self.new_window());
         ch.remote_id = remote_id;
         ch.credit = u64::from(window);
@@ -1107,7 +1183,14 @@ impl Session {
         };
         let room = self.room_for_writers();
         let ch = self.get_mut(id).expect("checked");
-        ch.credit = ch.credit.saturating_add(u64::from(adjustment));
+        // The window must never exceed 2^32 - 1 bytes (JMUX spec, "Data
+        // Transfer"): a peer's excess is not credit, and is counted.
+        let credit = ch.credit + u64::from(adjustment);
+        ch.credit = credit.min(MAX_WINDOW);
+        if credit > MAX_WINDOW {
+            self.stats.window_overflows += 1;
+        }
+        let ch = self.get_mut(id).expect("checked");
         if ch.want_writable && ch.can_send() && ch.credit > 0 {
             if room {
                 ch.want_writable = false;
