@@ -353,7 +353,12 @@ impl Proxy {
         loop {
             let now = Instant::now();
             // Input from the pipe first: it carries credit and answers.
-            if self.pipe_readable && !self.read_pipe(now)? {
+            // The session pauses input while too many of its answers wait
+            // for the pipe (a peer that does not read): then only write.
+            self.session
+                .resume_input(now)
+                .map_err(|e| format!("session ended: {e}"))?;
+            if self.pipe_readable && self.session.wants_input() && !self.read_pipe(now)? {
                 return Ok(());
             }
             self.process_events();
@@ -369,7 +374,12 @@ impl Proxy {
                 self.write_pipe()?;
             }
             busy |= self.process_events();
-            busy |= self.pipe_readable;
+            busy |= if self.session.wants_input() {
+                self.pipe_readable
+            } else {
+                // Paused: each turn's flush moves more answers out.
+                !self.pipe_blocked
+            };
             if busy {
                 continue;
             }
@@ -403,8 +413,10 @@ impl Proxy {
             }
             wakes.clear();
             let mut list: Vec<&Pollable> = Vec::new();
-            list.push(self.pipe.rx());
-            wakes.push(Wake::PipeRx);
+            if self.session.wants_input() {
+                list.push(self.pipe.rx());
+                wakes.push(Wake::PipeRx);
+            }
             if self.pipe_blocked {
                 list.push(self.pipe.tx());
                 wakes.push(Wake::PipeTx);
@@ -475,7 +487,7 @@ impl Proxy {
     /// offending message).
     fn read_pipe(&mut self, now: Instant) -> Result<bool, String> {
         let mut taken = 0;
-        while taken < PIPE_BYTES_PER_TURN {
+        while taken < PIPE_BYTES_PER_TURN && self.session.wants_input() {
             match self.pipe.read()? {
                 Read::Bytes(b) => {
                     taken += b.len();

@@ -104,6 +104,17 @@ pub struct Config {
     /// `None`: wait forever, like the reference). A late answer is then
     /// handled silently (OPEN SUCCESS is answered with CLOSE).
     pub open_timeout: Option<Duration>,
+    /// Most bytes of control messages (OPEN SUCCESS/FAILURE, WINDOW
+    /// ADJUST, EOF, CLOSE, encoded size) waiting for room in the output
+    /// buffer (default 262144 = 256 KiB). Past it,
+    /// [`Session::handle_input`] stops decoding (the rest stays buffered)
+    /// and [`Session::wants_input`] is `false` until the pipe took enough:
+    /// a peer that sends without reading (e.g. OPENs that are all refused)
+    /// is held back instead of growing the queue of answers. Legitimate
+    /// traffic stays far below it: one answer per channel and a WINDOW
+    /// ADJUST per adjust threshold consumed (~40 KiB at 1024 channels
+    /// with the whole budget consumed). Must be > 0.
+    pub max_control_backlog: usize,
     /// The coalescing sender's limits (64 KiB buffer, 16 KiB threshold,
     /// 50 us drain spacing, 1 ms backstop). `capacity` must be >= 1024.
     pub sender: SenderConfig,
@@ -119,6 +130,7 @@ impl Default for Config {
             receive_budget: 64 << 20,
             max_channels: 1024,
             open_timeout: None,
+            max_control_backlog: 256 * 1024,
             sender: SenderConfig::default(),
         }
     }
@@ -143,6 +155,9 @@ pub enum ConfigError {
     /// `sender.capacity` below 1024 bytes.
     #[error("sender capacity {0} must be >= 1024 bytes")]
     SenderTooSmall(usize),
+    /// `max_control_backlog` is 0.
+    #[error("max_control_backlog must be > 0")]
+    ZeroControlBacklog,
 }
 
 /// Something the driver must act on, from [`Session::poll_event`]. Events for
@@ -328,6 +343,11 @@ pub struct Session {
     /// Control messages waiting for output room, in order. Nothing is
     /// dropped; DATA is only accepted while this is empty, so order holds.
     control: VecDeque<Message>,
+    /// Encoded bytes in `control`.
+    control_bytes: usize,
+    /// `handle_input` stopped decoding at the control backlog bound; input
+    /// waits in the decoder.
+    input_paused: bool,
     events: VecDeque<Event>,
     /// Channels whose `send_data` was cut short by output room.
     waiting_for_room: VecDeque<u32>,
@@ -356,6 +376,9 @@ impl Session {
         if config.sender.capacity < 1024 {
             return Err(ConfigError::SenderTooSmall(config.sender.capacity));
         }
+        if config.max_control_backlog == 0 {
+            return Err(ConfigError::ZeroControlBacklog);
+        }
         let adjust_threshold = u64::from(
             config
                 .window_adjust_threshold
@@ -377,6 +400,8 @@ impl Session {
             decoder: Decoder::with_max_message_size(config.max_message_size),
             sender: Sender::new(config.sender.clone()),
             control: VecDeque::new(),
+            control_bytes: 0,
+            input_paused: false,
             events: VecDeque::new(),
             waiting_for_room: VecDeque::new(),
             error: None,
@@ -486,23 +511,24 @@ impl Session {
     // ----- outgoing --------------------------------------------------------
 
     fn queue(&mut self, msg: Message) {
+        self.control_bytes += msg.encoded_len();
         self.control.push_back(msg);
     }
 
     /// Moves queued control messages into the sender while they fit.
     fn pump_control(&mut self, now: Instant) {
         while let Some(msg) = self.control.front() {
+            let len = msg.encoded_len();
             match self.sender.push(now, msg) {
-                Ok(()) => {
-                    self.control.pop_front();
-                }
+                Ok(()) => {}
                 Err(PushError::Full { .. }) => break,
                 Err(PushError::Encode(e)) => {
                     // Every queued message is size-checked when built.
                     debug_assert!(false, "unencodable control message: {e}");
-                    self.control.pop_front();
                 }
             }
+            self.control.pop_front();
+            self.control_bytes -= len;
         }
     }
 
@@ -965,6 +991,11 @@ impl Session {
     /// is not message-aligned) and handles every complete message in them
     /// at time `now`. Events queue up for [`Session::poll_event`].
     ///
+    /// Decoding stops while control messages over
+    /// [`Config::max_control_backlog`] wait for output room (the rest of
+    /// the input stays buffered, [`Session::wants_input`] turns `false`);
+    /// [`Session::resume_input`] goes on once the pipe took them.
+    ///
     /// Errors: [`SessionError`] (fatal and sticky): malformed input, or DATA
     /// beyond the granted window.
     pub fn handle_input(&mut self, now: Instant, bytes: &[u8]) -> Result<(), SessionError> {
@@ -972,7 +1003,12 @@ impl Session {
             return Err(e.clone());
         }
         self.decoder.push(bytes);
+        self.input_paused = false;
         loop {
+            if self.control_bytes > self.config.max_control_backlog {
+                self.input_paused = true;
+                break;
+            }
             match self.decoder.next_message() {
                 Ok(Some(msg)) => self.handle_message(now, msg)?,
                 Ok(None) => break,
@@ -988,7 +1024,9 @@ impl Session {
     }
 
     /// Handles one decoded message at time `now` (for drivers with their
-    /// own [`Decoder`]; [`Session::handle_input`] calls this).
+    /// own [`Decoder`]; [`Session::handle_input`] calls this). Such a
+    /// driver applies [`Config::max_control_backlog`] itself: it stops
+    /// handing messages while [`Session::control_backlog`] exceeds it.
     ///
     /// Errors: [`SessionError::WindowExceeded`] (fatal and sticky).
     pub fn handle_message(&mut self, now: Instant, msg: Message) -> Result<(), SessionError> {
@@ -1396,6 +1434,36 @@ impl Session {
     /// on the pipe). A driver may stop reading input while this holds.
     pub fn is_output_blocked(&self) -> bool {
         !self.control.is_empty()
+    }
+
+    /// Encoded bytes of control messages waiting for room in the output
+    /// buffer (see [`Config::max_control_backlog`]).
+    pub fn control_backlog(&self) -> usize {
+        self.control_bytes
+    }
+
+    /// Whether the driver should read more input from the pipe: `false`
+    /// while decoding is paused at [`Config::max_control_backlog`] (the
+    /// peer sends without reading our answers). Write the pipe, then call
+    /// [`Session::resume_input`]; do not wait for pipe input meanwhile.
+    pub fn wants_input(&self) -> bool {
+        !self.input_paused
+    }
+
+    /// Decodes the input held back by [`Config::max_control_backlog`] once
+    /// there is room again (moving queued control messages to the output
+    /// first); a no-op when input is not paused.
+    ///
+    /// Errors: as [`Session::handle_input`].
+    pub fn resume_input(&mut self, now: Instant) -> Result<(), SessionError> {
+        if !self.input_paused {
+            return Ok(());
+        }
+        self.pump_control(now);
+        if self.control_bytes > self.config.max_control_backlog {
+            return Ok(());
+        }
+        self.handle_input(now, &[])
     }
 }
 

@@ -1749,3 +1749,67 @@ fn duplicate_open_ids_are_refused_until_close_went_both_ways() {
     ));
     assert_eq!(h.s.channel_count(), 2);
 }
+
+/// A peer that sends OPENs (all refused: the cap is reached) and never
+/// reads our answers: past `max_control_backlog` bytes of queued answers
+/// the session stops decoding, keeps the rest of the input buffered and
+/// asks for no more; once the pipe took the answers it goes on, and every
+/// OPEN is answered in order.
+#[test]
+fn answers_waiting_for_a_peer_that_does_not_read_are_bounded() {
+    let mut h = Harness::new(Config {
+        max_channels: 1,
+        max_control_backlog: 4096,
+        sender: SenderConfig {
+            capacity: 1024,
+            flush_threshold: 1024,
+            ..SenderConfig::default()
+        },
+        ..Config::default()
+    });
+    h.s.open(&Destination::tcp("a", 1), h.now).unwrap();
+    let opens: Vec<Message> = (0..2000)
+        .map(|sender| Message::Open {
+            sender_channel_id: sender,
+            initial_window_size: 1 << 20,
+            maximum_packet_size: 4096,
+            destination_url: "tcp://10.0.0.1:80".into(),
+        })
+        .collect();
+    // The pipe is never written: nothing leaves the output buffer.
+    h.feed(&opens).unwrap();
+    assert!(!h.s.wants_input());
+    let backlog = h.s.control_backlog();
+    assert!(backlog > 4096 && backlog <= 4096 + 64, "{backlog}");
+    let refused = h.s.stats().auto_rejected_opens;
+    assert!(refused < 200, "{refused} OPENs decoded while paused");
+    // More input while paused is only buffered.
+    h.s.handle_input(h.now, &[]).unwrap();
+    assert_eq!(h.s.stats().auto_rejected_opens, refused);
+    // The peer reads: every OPEN gets its OPEN FAILURE, in order.
+    let mut dec = Decoder::new();
+    let mut answered = Vec::new();
+    while answered.len() < 2000 {
+        h.s.resume_input(h.now).unwrap();
+        if h.s.poll_flush(h.now) {
+            let out = h.s.transmit().to_vec();
+            h.s.advance_transmit(out.len());
+            dec.push(&out);
+        }
+        h.now += Duration::from_millis(2);
+        while let Some(m) = dec.next_message().unwrap() {
+            match m {
+                Message::Open { .. } => {}
+                Message::OpenFailure {
+                    recipient_channel_id,
+                    reason_code: ReasonCode::GeneralFailure,
+                    ..
+                } => answered.push(recipient_channel_id),
+                other => panic!("{other:?}"),
+            }
+        }
+        assert!(h.s.control_backlog() <= 4096 + 64);
+    }
+    assert_eq!(answered, (0..2000).collect::<Vec<u32>>());
+    assert!(h.s.wants_input());
+}
