@@ -56,6 +56,9 @@ pub struct ChannelInfo {
     pub max_send_payload: usize,
     /// Payload bytes received and buffered, not yet consumed locally.
     pub readable: usize,
+    /// Bytes allocated for the receive buffer (at most what the channel
+    /// can hold: its buffered bytes plus its window left, once grown).
+    pub buffer_capacity: usize,
     /// Payload bytes the peer may still send before our next WINDOW ADJUST.
     pub recv_window: u64,
     /// We sent EOF (our sending side is finished).
@@ -184,6 +187,7 @@ impl Channel {
             send_credit: self.credit,
             max_send_payload: self.max_send_payload,
             readable: self.rx.len(),
+            buffer_capacity: self.rx.capacity(),
             recv_window: self.rx_window,
             eof_sent: self.eof_sent,
             eof_received: self.eof_received,

@@ -1272,6 +1272,7 @@ impl Session {
             return Ok(());
         }
         ch.rx_window -= len as u64;
+        reserve_within_window(&mut ch.rx, len, ch.rx_window);
         ch.rx.extend_from_slice(payload);
         let notify = !ch.readable_notified;
         ch.readable_notified = true;
@@ -1465,6 +1466,24 @@ impl Session {
         }
         self.handle_input(now, &[])
     }
+}
+
+/// Makes room for `len` more bytes in a receive buffer without letting its
+/// capacity pass what the channel can hold now: its bytes plus `len` plus
+/// the window left. (Doubling alone took a 1 MiB window's buffer to 2 MiB
+/// of capacity when filled by 4088-byte payloads, so buffered input could
+/// cost twice the receive budget in guest memory.) Space before the read
+/// position is reused first, without allocating.
+fn reserve_within_window(rx: &mut BytesMut, len: usize, window_left: u64) {
+    if rx.capacity() - rx.len() >= len || rx.try_reclaim(len) {
+        return;
+    }
+    let need = rx.len() + len;
+    let most = need.saturating_add(usize::try_from(window_left).unwrap_or(usize::MAX));
+    let capacity = (2 * rx.capacity()).max(need).min(most);
+    let mut grown = BytesMut::with_capacity(capacity);
+    grown.extend_from_slice(rx);
+    *rx = grown;
 }
 
 /// Builds an OPEN FAILURE whose description is cut (at a character boundary)

@@ -1813,3 +1813,50 @@ fn answers_waiting_for_a_peer_that_does_not_read_are_bounded() {
     assert_eq!(answered, (0..2000).collect::<Vec<u32>>());
     assert!(h.s.wants_input());
 }
+
+/// A receive buffer never allocates past what its channel can hold:
+/// filling a 1 MiB window with 4088-byte payloads used to double its
+/// capacity to 2 MiB, so buffered input could cost twice the receive
+/// budget in guest memory.
+#[test]
+fn a_full_window_allocates_no_more_than_the_window() {
+    const W: u32 = 1 << 20;
+    let mut h = Harness::new(Config::default());
+    let (id, window) = open_granting(&mut h, 3);
+    assert_eq!(window, W);
+    fill(&mut h, id, W as usize);
+    let info = h.s.channel(id).unwrap();
+    assert_eq!((info.readable, info.recv_window), (W as usize, 0));
+    assert!(
+        info.buffer_capacity <= W as usize,
+        "{} bytes allocated for a {W}-byte window",
+        info.buffer_capacity
+    );
+    // Half read, then refilled: the space before the read position is
+    // reused, the capacity stays within the window.
+    h.s.consume(id, W as usize / 2).unwrap();
+    h.feed(&[Message::WindowAdjust {
+        recipient_channel_id: id.0,
+        window_adjustment: 0,
+    }])
+    .unwrap();
+    let granted: u32 = h
+        .output()
+        .iter()
+        .map(|m| match m {
+            Message::WindowAdjust {
+                window_adjustment, ..
+            } => *window_adjustment,
+            _ => 0,
+        })
+        .sum();
+    assert_eq!(granted, W / 2);
+    fill(&mut h, id, W as usize / 2);
+    let info = h.s.channel(id).unwrap();
+    assert_eq!(info.readable, W as usize);
+    assert!(
+        info.buffer_capacity <= W as usize,
+        "{}",
+        info.buffer_capacity
+    );
+}
