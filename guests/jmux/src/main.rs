@@ -216,9 +216,12 @@ struct Chan {
     writable: bool,
     peer_eof: bool,
     shut: bool,
-    /// `flush` was called on the output stream: once `check-write` grants
-    /// room again, the host's write buffer is empty.
-    flushed: bool,
+    /// CLOSE went both ways and FIN was sent: the socket is kept (the
+    /// channel stays in use) and read only to learn when the other end
+    /// closes; what it still sends is discarded.
+    lingering: bool,
+    /// A read or write on the socket failed: it is gone.
+    failed: bool,
 }
 
 impl Chan {
@@ -238,34 +241,15 @@ impl Chan {
             writable: true,
             peer_eof: false,
             shut: false,
-            flushed: false,
-        }
-    }
-
-    /// Whether the host has written every byte given to the output stream
-    /// (flushing first; `false`: wait for the output pollable). A failed or
-    /// half-closed stream holds nothing more.
-    fn host_drained(&mut self) -> bool {
-        if self.shut {
-            // Half-closed once drained, nothing written since.
-            return true;
-        }
-        if !self.flushed {
-            self.flushed = true;
-            if self.conn.output.flush().is_err() {
-                return true;
-            }
-        }
-        match self.conn.output.check_write() {
-            Ok(0) => {
-                self.writable = false;
-                false
-            }
-            Ok(_) | Err(_) => true,
+            lingering: false,
+            failed: false,
         }
     }
 
     fn wants_read(&self) -> bool {
+        if self.lingering {
+            return !self.readable && !self.read_eof && !self.failed;
+        }
         self.opened
             && !self.readable
             && !self.read_eof
@@ -435,7 +419,7 @@ impl Proxy {
             }
             for (i, chan) in self.chans.iter().enumerate() {
                 let Some(chan) = chan else { continue };
-                if chan.wants_read() && !chan.send_blocked {
+                if chan.wants_read() && (!chan.send_blocked || chan.lingering) {
                     list.push(&chan.conn.rx);
                     wakes.push(Wake::ChanRead(i));
                 }
@@ -819,8 +803,51 @@ impl Proxy {
             let id = ChannelId(i as u32);
             self.pump_write(id);
             self.pump_read(id, now)?;
+            self.release_if_gone(id);
         }
         Ok(())
+    }
+
+    /// A channel whose CLOSE went both ways keeps its socket, and stays in
+    /// use against the channel cap, until the socket is gone: FIN goes
+    /// out once every byte the peer sent is written (the spec recommends
+    /// delivering what came before CLOSE), then the guest waits for the
+    /// other end to close its side (EOF) or for the socket to fail. A
+    /// target that never reads never sees that FIN and keeps its channel
+    /// in use; OPENs past the cap are refused. (The host writes what it
+    /// buffers, and the kernel what it took, after a drop: dropping at
+    /// CLOSE let a peer that fills windows towards such a target, closes
+    /// and repeats open sockets without bound.)
+    fn release_if_gone(&mut self, id: ChannelId) {
+        let Proxy { chans, session, .. } = self;
+        let Some(chan) = chans[id.0 as usize].as_mut() else {
+            return;
+        };
+        if !chan.opened || !chan.out.is_empty() || !session.peek(id).is_ok_and(<[u8]>::is_empty) {
+            return;
+        }
+        if !chan.lingering {
+            if !session
+                .channel(id)
+                .is_some_and(|c| c.close_sent && c.close_received)
+            {
+                return;
+            }
+            chan.lingering = true;
+            // Wait on the input pollable: ready on bytes, EOF or an error.
+            chan.readable = false;
+            chan.send_blocked = false;
+            chan.pending = Vec::new();
+            chan.pending_off = 0;
+            if !chan.shut {
+                chan.shut = true;
+                let _ = chan.conn.stream.shutdown_send();
+            }
+        }
+        if chan.read_eof || chan.failed {
+            chans[id.0 as usize] = None;
+            let _ = session.release(id);
+        }
     }
 
     /// JMUX -> TCP: the greeting, then everything the session holds for
@@ -877,38 +904,19 @@ impl Proxy {
         }
         if failed {
             chan.read_stopped = true;
+            chan.failed = true;
             chan.writable = true;
+            chan.out.clear();
             let _ = session.abort(id);
             return;
         }
-        let delivered = chan.out.is_empty() && session.peek(id).is_ok_and(<[u8]>::is_empty);
-        if !delivered || !chan.writable {
-            // Bytes still to write, or waiting for the output pollable.
-            return;
-        }
-        // CLOSE went both ways: nothing more will come for the socket.
-        let done = session
-            .channel(id)
-            .is_some_and(|c| c.close_sent && c.close_received);
-        let fin_due = chan.peer_eof && !chan.shut;
-        if !done && !fin_due {
-            return;
-        }
-        // Every byte the peer sent was handed to the host: wait until the
-        // host has written them all too. Only then FIN (after the peer's
-        // EOF), and only then does the socket go and the channel stop
-        // counting against the cap (JMUX spec: deliver what came before
-        // CLOSE; a target that never reads keeps its channel in use).
-        if !chan.host_drained() {
-            return;
-        }
-        if fin_due {
+        if chan.peer_eof
+            && !chan.shut
+            && chan.out.is_empty()
+            && session.peek(id).is_ok_and(<[u8]>::is_empty)
+        {
             chan.shut = true;
             let _ = chan.conn.stream.shutdown_send();
-        }
-        if done {
-            chans[id.0 as usize] = None;
-            let _ = session.release(id);
         }
     }
 
@@ -917,6 +925,24 @@ impl Proxy {
     /// more, and sends EOF at the end of the stream.
     fn pump_read(&mut self, id: ChannelId, now: Instant) -> Result<(), String> {
         let idx = id.0 as usize;
+        if let Some(chan) = self.chans[idx].as_mut()
+            && chan.lingering
+        {
+            // Only to learn when the other end closes; its bytes have no
+            // channel to go to any more.
+            for _ in 0..READS_PER_TURN {
+                if !chan.readable || chan.read_eof || chan.failed {
+                    break;
+                }
+                match chan.conn.input.read(TCP_READ) {
+                    Ok(b) if b.is_empty() => chan.readable = false,
+                    Ok(_) => {}
+                    Err(StreamError::Closed) => chan.read_eof = true,
+                    Err(StreamError::LastOperationFailed(_)) => chan.failed = true,
+                }
+            }
+            return Ok(());
+        }
         for _ in 0..READS_PER_TURN {
             let Some(chan) = self.chans[idx].as_mut() else {
                 return Ok(());
@@ -987,6 +1013,7 @@ impl Proxy {
                         e.to_debug_string()
                     );
                     chan.read_stopped = true;
+                    chan.failed = true;
                     let _ = self.session.abort(id);
                     return Ok(());
                 }

@@ -111,6 +111,9 @@ pub(crate) struct Channel {
 
     // Receiving side.
     pub rx: BytesMut,
+    /// Bytes allocated for `rx` (its `capacity()` counts only from the
+    /// read position).
+    pub rx_allocated: usize,
     /// Payload bytes the peer may still send (our granted window left).
     pub rx_window: u64,
     /// Bytes consumed locally and not yet granted back by WINDOW ADJUST.
@@ -142,6 +145,7 @@ impl Channel {
             want_writable: false,
             queued_for_room: false,
             rx: BytesMut::new(),
+            rx_allocated: 0,
             rx_window: u64::from(recv_window),
             rx_consumed: 0,
             window_size: u64::from(recv_window),
@@ -187,7 +191,7 @@ impl Channel {
             send_credit: self.credit,
             max_send_payload: self.max_send_payload,
             readable: self.rx.len(),
-            buffer_capacity: self.rx.capacity(),
+            buffer_capacity: self.rx_allocated,
             recv_window: self.rx_window,
             eof_sent: self.eof_sent,
             eof_received: self.eof_received,

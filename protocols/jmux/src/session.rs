@@ -40,9 +40,14 @@ pub const MIN_WINDOW: u32 = 2 * 4096;
 /// increased above 2^32 - 1 bytes" (JMUX spec, "Data Transfer").
 const MAX_WINDOW: u64 = u32::MAX as u64;
 
-/// A drained receive buffer keeps up to this much capacity (bytes) for the
-/// next DATA; a larger one (a stalled channel's) is freed.
-const RX_KEEP_CAPACITY: usize = 256 * 1024;
+/// A drained receive buffer keeps at most this much allocated (bytes) for
+/// the next DATA; a larger allocation is freed. So a drained channel (idle,
+/// or closed and held by the driver) costs at most this much guest memory
+/// (64 MiB at 1024 channels) on top of the bytes the receive budget
+/// counts. (Checked on the whole allocation: `capacity()` counts only from
+/// the read position, so a buffer drained to its end looked empty and kept
+/// up to a whole window, 1 MiB, per channel.)
+const RX_KEEP_CAPACITY: usize = 64 * 1024;
 
 /// Session limits. Sizes in bytes.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -820,7 +825,8 @@ impl Session {
                 self.update_channel(id, |ch| {
                     // Dropped unread: as good as consumed for the window.
                     ch.rx_consumed += ch.rx.len() as u64;
-                    ch.rx.clear();
+                    ch.rx = BytesMut::new();
+                    ch.rx_allocated = 0;
                 });
                 self.free_if_finished(id);
                 Ok(())
@@ -856,10 +862,11 @@ impl Session {
         ch.rx.advance(n);
         self.exposure -= n as u64;
         let ch = self.get_mut(id).expect("checked");
-        if ch.rx.is_empty() && ch.rx.capacity() > RX_KEEP_CAPACITY {
-            // A stalled channel's buffer grew towards its window: give the
-            // memory back once it is drained.
+        // Reclaiming the space before the read position (free when empty)
+        // shows the whole allocation; past the bound, give it back.
+        if ch.rx.is_empty() && ch.rx.try_reclaim(RX_KEEP_CAPACITY + 1) {
             ch.rx = BytesMut::new();
+            ch.rx_allocated = 0;
         }
         ch.readable_notified = false;
         ch.rx_consumed += n as u64;
@@ -1272,7 +1279,7 @@ impl Session {
             return Ok(());
         }
         ch.rx_window -= len as u64;
-        reserve_within_window(&mut ch.rx, len, ch.rx_window);
+        reserve_within_window(&mut ch.rx, &mut ch.rx_allocated, len, ch.rx_window);
         ch.rx.extend_from_slice(payload);
         let notify = !ch.readable_notified;
         ch.readable_notified = true;
@@ -1474,7 +1481,7 @@ impl Session {
 /// of capacity when filled by 4088-byte payloads, so buffered input could
 /// cost twice the receive budget in guest memory.) Space before the read
 /// position is reused first, without allocating.
-fn reserve_within_window(rx: &mut BytesMut, len: usize, window_left: u64) {
+fn reserve_within_window(rx: &mut BytesMut, allocated: &mut usize, len: usize, window_left: u64) {
     if rx.capacity() - rx.len() >= len || rx.try_reclaim(len) {
         return;
     }
@@ -1484,6 +1491,7 @@ fn reserve_within_window(rx: &mut BytesMut, len: usize, window_left: u64) {
     let mut grown = BytesMut::with_capacity(capacity);
     grown.extend_from_slice(rx);
     *rx = grown;
+    *allocated = rx.capacity();
 }
 
 /// Builds an OPEN FAILURE whose description is cut (at a character boundary)

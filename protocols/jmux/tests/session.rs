@@ -1613,6 +1613,11 @@ fn a_held_channel_counts_against_the_cap_and_budget_until_released() {
         );
         let info = h.s.channel(id).unwrap();
         assert!(info.close_sent && info.close_received && info.held);
+        assert!(
+            info.buffer_capacity <= 64 * 1024,
+            "a drained held channel keeps {} bytes allocated",
+            info.buffer_capacity
+        );
         assert!(h.s.channel_count() <= CAP as usize);
         let buffered: usize = targets
             .keys()
@@ -1859,4 +1864,8 @@ fn a_full_window_allocates_no_more_than_the_window() {
         "{}",
         info.buffer_capacity
     );
+    // Drained to its end, the buffer gives its memory back (a channel
+    // held after CLOSE, or idle, keeps no window-sized allocation).
+    drain(&mut h, id);
+    assert_eq!(h.s.channel(id).unwrap().buffer_capacity, 0);
 }
