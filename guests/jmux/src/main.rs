@@ -29,7 +29,7 @@ use tether_jmux::proxy::cli::{self, ListenerSpec, ProxyArgs};
 use tether_jmux::proxy::rules::TargetFilter;
 use tether_jmux::proxy::{http, socks5};
 use tether_jmux::{
-    ChannelError, ChannelId, Config, Destination, DestinationError, Event, ReasonCode, Session,
+    ChannelError, ChannelId, Destination, DestinationError, Event, ReasonCode, Session,
 };
 
 use pipe::{Pipe, Read, Wrote, stream_error};
@@ -91,7 +91,7 @@ fn run(args: ProxyArgs) -> Result<(), String> {
             pending: true,
         });
     }
-    let session = Session::new(Config::default()).map_err(|e| e.to_string())?;
+    let session = Session::new(args.session).map_err(|e| e.to_string())?;
     let mut proxy = Proxy {
         session,
         pipe,
@@ -216,6 +216,12 @@ struct Chan {
     writable: bool,
     peer_eof: bool,
     shut: bool,
+    /// CLOSE went both ways and FIN was sent: the socket is kept (the
+    /// channel stays in use) and read only to learn when the other end
+    /// closes; what it still sends is discarded.
+    lingering: bool,
+    /// A read or write on the socket failed: it is gone.
+    failed: bool,
 }
 
 impl Chan {
@@ -235,10 +241,15 @@ impl Chan {
             writable: true,
             peer_eof: false,
             shut: false,
+            lingering: false,
+            failed: false,
         }
     }
 
     fn wants_read(&self) -> bool {
+        if self.lingering {
+            return !self.readable && !self.read_eof && !self.failed;
+        }
         self.opened
             && !self.readable
             && !self.read_eof
@@ -326,7 +337,12 @@ impl Proxy {
         loop {
             let now = Instant::now();
             // Input from the pipe first: it carries credit and answers.
-            if self.pipe_readable && !self.read_pipe(now)? {
+            // The session pauses input while too many of its answers wait
+            // for the pipe (a peer that does not read): then only write.
+            self.session
+                .resume_input(now)
+                .map_err(|e| format!("session ended: {e}"))?;
+            if self.pipe_readable && self.session.wants_input() && !self.read_pipe(now)? {
                 return Ok(());
             }
             self.process_events();
@@ -342,7 +358,12 @@ impl Proxy {
                 self.write_pipe()?;
             }
             busy |= self.process_events();
-            busy |= self.pipe_readable;
+            busy |= if self.session.wants_input() {
+                self.pipe_readable
+            } else {
+                // Paused: each turn's flush moves more answers out.
+                !self.pipe_blocked
+            };
             if busy {
                 continue;
             }
@@ -376,8 +397,10 @@ impl Proxy {
             }
             wakes.clear();
             let mut list: Vec<&Pollable> = Vec::new();
-            list.push(self.pipe.rx());
-            wakes.push(Wake::PipeRx);
+            if self.session.wants_input() {
+                list.push(self.pipe.rx());
+                wakes.push(Wake::PipeRx);
+            }
             if self.pipe_blocked {
                 list.push(self.pipe.tx());
                 wakes.push(Wake::PipeTx);
@@ -396,7 +419,7 @@ impl Proxy {
             }
             for (i, chan) in self.chans.iter().enumerate() {
                 let Some(chan) = chan else { continue };
-                if chan.wants_read() && !chan.send_blocked {
+                if chan.wants_read() && (!chan.send_blocked || chan.lingering) {
                     list.push(&chan.conn.rx);
                     wakes.push(Wake::ChanRead(i));
                 }
@@ -448,7 +471,7 @@ impl Proxy {
     /// offending message).
     fn read_pipe(&mut self, now: Instant) -> Result<bool, String> {
         let mut taken = 0;
-        while taken < PIPE_BYTES_PER_TURN {
+        while taken < PIPE_BYTES_PER_TURN && self.session.wants_input() {
             match self.pipe.read()? {
                 Read::Bytes(b) => {
                     taken += b.len();
@@ -490,6 +513,9 @@ impl Proxy {
             match event {
                 Event::OpenRequest { id, destination } => self.on_open_request(id, destination),
                 Event::Opened { id } => {
+                    // The client socket keeps the channel in use until it
+                    // is gone (see `pump_write`).
+                    let _ = self.session.hold(id);
                     if let Some(chan) = self.chan(id) {
                         chan.opened = true;
                         chan.readable = true;
@@ -606,6 +632,9 @@ impl Proxy {
             match result {
                 Ok(parts) => {
                     if self.session.accept(id).is_ok() {
+                        // The target socket keeps the channel in use until
+                        // it is gone (see `pump_write`).
+                        let _ = self.session.hold(id);
                         self.insert_chan(
                             id,
                             Chan::new(Conn::new(parts), true, Greeting::None, Vec::new()),
@@ -774,8 +803,51 @@ impl Proxy {
             let id = ChannelId(i as u32);
             self.pump_write(id);
             self.pump_read(id, now)?;
+            self.release_if_gone(id);
         }
         Ok(())
+    }
+
+    /// A channel whose CLOSE went both ways keeps its socket, and stays in
+    /// use against the channel cap, until the socket is gone: FIN goes
+    /// out once every byte the peer sent is written (the spec recommends
+    /// delivering what came before CLOSE), then the guest waits for the
+    /// other end to close its side (EOF) or for the socket to fail. A
+    /// target that never reads never sees that FIN and keeps its channel
+    /// in use; OPENs past the cap are refused. (The host writes what it
+    /// buffers, and the kernel what it took, after a drop: dropping at
+    /// CLOSE let a peer that fills windows towards such a target, closes
+    /// and repeats open sockets without bound.)
+    fn release_if_gone(&mut self, id: ChannelId) {
+        let Proxy { chans, session, .. } = self;
+        let Some(chan) = chans[id.0 as usize].as_mut() else {
+            return;
+        };
+        if !chan.opened || !chan.out.is_empty() || !session.peek(id).is_ok_and(<[u8]>::is_empty) {
+            return;
+        }
+        if !chan.lingering {
+            if !session
+                .channel(id)
+                .is_some_and(|c| c.close_sent && c.close_received)
+            {
+                return;
+            }
+            chan.lingering = true;
+            // Wait on the input pollable: ready on bytes, EOF or an error.
+            chan.readable = false;
+            chan.send_blocked = false;
+            chan.pending = Vec::new();
+            chan.pending_off = 0;
+            if !chan.shut {
+                chan.shut = true;
+                let _ = chan.conn.stream.shutdown_send();
+            }
+        }
+        if chan.read_eof || chan.failed {
+            chans[id.0 as usize] = None;
+            let _ = session.release(id);
+        }
     }
 
     /// JMUX -> TCP: the greeting, then everything the session holds for
@@ -832,7 +904,9 @@ impl Proxy {
         }
         if failed {
             chan.read_stopped = true;
+            chan.failed = true;
             chan.writable = true;
+            chan.out.clear();
             let _ = session.abort(id);
             return;
         }
@@ -851,6 +925,24 @@ impl Proxy {
     /// more, and sends EOF at the end of the stream.
     fn pump_read(&mut self, id: ChannelId, now: Instant) -> Result<(), String> {
         let idx = id.0 as usize;
+        if let Some(chan) = self.chans[idx].as_mut()
+            && chan.lingering
+        {
+            // Only to learn when the other end closes; its bytes have no
+            // channel to go to any more.
+            for _ in 0..READS_PER_TURN {
+                if !chan.readable || chan.read_eof || chan.failed {
+                    break;
+                }
+                match chan.conn.input.read(TCP_READ) {
+                    Ok(b) if b.is_empty() => chan.readable = false,
+                    Ok(_) => {}
+                    Err(StreamError::Closed) => chan.read_eof = true,
+                    Err(StreamError::LastOperationFailed(_)) => chan.failed = true,
+                }
+            }
+            return Ok(());
+        }
         for _ in 0..READS_PER_TURN {
             let Some(chan) = self.chans[idx].as_mut() else {
                 return Ok(());
@@ -921,6 +1013,7 @@ impl Proxy {
                         e.to_debug_string()
                     );
                     chan.read_stopped = true;
+                    chan.failed = true;
                     let _ = self.session.abort(id);
                     return Ok(());
                 }

@@ -1204,3 +1204,175 @@ fn every_loopback_spelling_through_socks5_and_http_connect_meets_the_rules() {
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
+
+/// The answer to our OPEN of `id`, skipping what the guest sends on other
+/// channels (WINDOW ADJUST, CLOSE replies).
+async fn answer_to(peer: &mut RawPeer, id: u32) -> Message {
+    loop {
+        match peer.next().await.expect("session alive") {
+            m @ (Message::OpenSuccess {
+                recipient_channel_id,
+                ..
+            }
+            | Message::OpenFailure {
+                recipient_channel_id,
+                ..
+            }) if recipient_channel_id == id => return m,
+            Message::WindowAdjust { .. } | Message::Close { .. } => {}
+            other => panic!("unexpected {other:?} while waiting for the answer to OPEN {id}"),
+        }
+    }
+}
+
+/// Issue 10, item 8: a peer opens a channel, fills its window towards a
+/// target that never reads (SO_RCVBUF 4096), sends CLOSE, and repeats. A
+/// closed channel whose target socket still holds the peer's bytes keeps
+/// counting against the channel cap (the guest holds it until the host
+/// has written them, or the socket fails): the target sees at most the
+/// cap of sockets, the OPENs past it get OPEN FAILURE (reason 1, general
+/// failure), the guest keeps running, and once the target goes away the
+/// channels are released and a new one answers. Before, each CLOSE freed
+/// the channel as soon as its bytes had moved into the host's write
+/// buffer: every OPEN succeeded and sockets grew without bound (1,763 of
+/// them past the 1,024 cap, host RSS 524 MiB, the guest stopped at its
+/// memory limit in the issue's run).
+#[test]
+fn closed_channels_count_against_the_cap_until_their_target_socket_is_gone() {
+    const CAP: u32 = 8;
+    const WINDOW: u32 = 256 * 1024;
+    let runner = runner();
+    let echo = PeerRuntime::new().unwrap();
+    let echo_addr = echo.echo().unwrap();
+    let (g, port) = server_guest(
+        &runner,
+        &[
+            "--allow-all",
+            "--max-channels",
+            &CAP.to_string(),
+            "--window",
+            &WINDOW.to_string(),
+            "--receive-budget",
+            &(16 * WINDOW).to_string(),
+        ],
+    );
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        // The target: accepts, keeps every socket, never reads.
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket.set_recv_buffer_size(4096).unwrap();
+        socket.bind(local(0)).unwrap();
+        let listener = socket.listen(1024).unwrap();
+        let sink = listener.local_addr().unwrap();
+        let held: Arc<std::sync::Mutex<Vec<tokio::net::TcpStream>>> = Arc::default();
+        let accepted = held.clone();
+        let acceptor = tokio::spawn(async move {
+            while let Ok((tcp, _)) = listener.accept().await {
+                accepted.lock().unwrap().push(tcp);
+            }
+        });
+        let sockets = || held.lock().unwrap().len();
+
+        let mut peer = RawPeer::connect(port).await;
+        let (mut opened, mut refused) = (0u32, 0u32);
+        for i in 0..3 * CAP {
+            peer.send(&open(i, &format!("tcp://{sink}"))).await;
+            match answer_to(&mut peer, i).await {
+                Message::OpenSuccess {
+                    sender_channel_id,
+                    initial_window_size,
+                    ..
+                } => {
+                    opened += 1;
+                    // Fill the granted window in one WebSocket message,
+                    // then close.
+                    let mut burst = Vec::new();
+                    let mut left = initial_window_size as usize;
+                    while left > 0 {
+                        let n = left.min(4096 - 8);
+                        Message::Data {
+                            recipient_channel_id: sender_channel_id,
+                            payload: bytes::Bytes::from(vec![0x5a; n]),
+                        }
+                        .encode(&mut burst)
+                        .unwrap();
+                        left -= n;
+                    }
+                    Message::Close {
+                        recipient_channel_id: sender_channel_id,
+                    }
+                    .encode(&mut burst)
+                    .unwrap();
+                    peer.ws.send(WsMessage::Binary(burst.into())).await.unwrap();
+                }
+                Message::OpenFailure {
+                    reason_code,
+                    description,
+                    ..
+                } => {
+                    assert_eq!(reason_code, ReasonCode::GeneralFailure, "{description}");
+                    assert!(description.contains("too many channels"), "{description}");
+                    refused += 1;
+                }
+                _ => unreachable!(),
+            }
+            // Give the guest time to move the bytes to the host and (old
+            // code) free the channel before the next OPEN.
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        eprintln!(
+            "{opened} OPENs succeeded, {refused} refused; the target holds {} sockets",
+            sockets()
+        );
+        assert!(
+            sockets() <= CAP as usize,
+            "{} sockets to the target, past the cap of {CAP}: closed channels escaped it",
+            sockets()
+        );
+        assert_eq!((opened, refused), (CAP, 2 * CAP));
+        assert!(!g.is_finished(), "the server guest ended");
+
+        // The target goes away (its sockets reset, unread bytes and all):
+        // the guest releases the channels, and a new one answers.
+        acceptor.abort();
+        held.lock().unwrap().clear();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let mut id = 100;
+        let remote = loop {
+            assert!(
+                Instant::now() < deadline,
+                "no channel released 10 s after the target went away"
+            );
+            id += 1;
+            peer.send(&open(id, &format!("tcp://{echo_addr}"))).await;
+            match answer_to(&mut peer, id).await {
+                Message::OpenSuccess {
+                    sender_channel_id, ..
+                } => break sender_channel_id,
+                _ => tokio::time::sleep(Duration::from_millis(50)).await,
+            }
+        };
+        peer.send(&Message::Data {
+            recipient_channel_id: remote,
+            payload: bytes::Bytes::from_static(b"still here"),
+        })
+        .await;
+        loop {
+            match peer.next().await.expect("session alive") {
+                Message::Data {
+                    recipient_channel_id,
+                    payload,
+                } if recipient_channel_id == id => {
+                    assert_eq!(&payload[..], b"still here");
+                    break;
+                }
+                Message::WindowAdjust { .. } | Message::Close { .. } => {}
+                other => panic!("unexpected {other:?}"),
+            }
+        }
+    });
+    assert!(!g.is_finished(), "the server guest ended");
+}

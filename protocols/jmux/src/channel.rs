@@ -16,7 +16,8 @@ use bytes::BytesMut;
 /// SUCCESS `sender channel id`), so it is the `recipient channel id` of every
 /// message the peer sends us on this channel. Ids start at 0 and the lowest
 /// free id is reused; an id is free again once CLOSE was both sent and
-/// received (and the local reader drained what was buffered).
+/// received, the local reader drained what was buffered, and the driver
+/// released the channel if it held it ([`crate::Session::hold`]).
 ///
 /// Source: JMUX spec, "Channel life cycle".
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -55,6 +56,9 @@ pub struct ChannelInfo {
     pub max_send_payload: usize,
     /// Payload bytes received and buffered, not yet consumed locally.
     pub readable: usize,
+    /// Bytes allocated for the receive buffer (at most what the channel
+    /// can hold: its buffered bytes plus its window left, once grown).
+    pub buffer_capacity: usize,
     /// Payload bytes the peer may still send before our next WINDOW ADJUST.
     pub recv_window: u64,
     /// We sent EOF (our sending side is finished).
@@ -65,6 +69,10 @@ pub struct ChannelInfo {
     pub close_sent: bool,
     /// The peer sent CLOSE.
     pub close_received: bool,
+    /// The driver holds a local resource for the channel (its target
+    /// socket, see [`crate::Session::hold`]): the id stays in use until
+    /// [`crate::Session::release`].
+    pub held: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -89,8 +97,8 @@ pub(crate) struct Channel {
     pub visible: bool,
 
     // Sending side.
-    /// Peer window left, in payload bytes (u64: adjustments may add up past
-    /// u32::MAX).
+    /// Peer window left, in payload bytes (at most 2^32 - 1: WINDOW ADJUST
+    /// beyond that is clamped, JMUX spec "Data Transfer").
     pub credit: u64,
     /// Largest payload per DATA message: peer maximum packet size - 8.
     pub max_send_payload: usize,
@@ -103,6 +111,9 @@ pub(crate) struct Channel {
 
     // Receiving side.
     pub rx: BytesMut,
+    /// Bytes allocated for `rx` (its `capacity()` counts only from the
+    /// read position).
+    pub rx_allocated: usize,
     /// Payload bytes the peer may still send (our granted window left).
     pub rx_window: u64,
     /// Bytes consumed locally and not yet granted back by WINDOW ADJUST.
@@ -114,6 +125,9 @@ pub(crate) struct Channel {
     pub window_size: u64,
     pub eof_received: bool,
     pub close_received: bool,
+    /// The driver still holds the channel's local resource
+    /// ([`crate::Session::hold`]).
+    pub held: bool,
     /// `Event::Data` was emitted and the reader has not consumed since.
     pub readable_notified: bool,
 }
@@ -131,11 +145,13 @@ impl Channel {
             want_writable: false,
             queued_for_room: false,
             rx: BytesMut::new(),
+            rx_allocated: 0,
             rx_window: u64::from(recv_window),
             rx_consumed: 0,
             window_size: u64::from(recv_window),
             eof_received: false,
             close_received: false,
+            held: false,
             readable_notified: false,
         }
     }
@@ -157,10 +173,10 @@ impl Channel {
         self.phase == Phase::Open && !self.eof_sent && !self.close_sent && !self.close_received
     }
 
-    /// Whether the id can be released: CLOSE both ways and nothing left
-    /// for the local reader.
+    /// Whether the id can be released: CLOSE both ways, nothing left for
+    /// the local reader, and not held by the driver.
     pub fn finished(&self) -> bool {
-        self.close_sent && self.close_received && self.rx.is_empty()
+        self.close_sent && self.close_received && self.rx.is_empty() && !self.held
     }
 
     pub fn info(&self) -> ChannelInfo {
@@ -175,11 +191,13 @@ impl Channel {
             send_credit: self.credit,
             max_send_payload: self.max_send_payload,
             readable: self.rx.len(),
+            buffer_capacity: self.rx_allocated,
             recv_window: self.rx_window,
             eof_sent: self.eof_sent,
             eof_received: self.eof_received,
             close_sent: self.close_sent,
             close_received: self.close_received,
+            held: self.held,
         }
     }
 }

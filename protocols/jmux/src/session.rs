@@ -36,9 +36,18 @@ use crate::sender::{PushError, Sender, SenderConfig};
 /// Source: JMUX spec, "Windows and packet sizes"; jetsocat 2026.2.4.
 pub const MIN_WINDOW: u32 = 2 * 4096;
 
-/// A drained receive buffer keeps up to this much capacity (bytes) for the
-/// next DATA; a larger one (a stalled channel's) is freed.
-const RX_KEEP_CAPACITY: usize = 256 * 1024;
+/// The largest window the spec allows, bytes: "The window MUST NOT be
+/// increased above 2^32 - 1 bytes" (JMUX spec, "Data Transfer").
+const MAX_WINDOW: u64 = u32::MAX as u64;
+
+/// A drained receive buffer keeps at most this much allocated (bytes) for
+/// the next DATA; a larger allocation is freed. So a drained channel (idle,
+/// or closed and held by the driver) costs at most this much guest memory
+/// (64 MiB at 1024 channels) on top of the bytes the receive budget
+/// counts. (Checked on the whole allocation: `capacity()` counts only from
+/// the read position, so a buffer drained to its end looked empty and kept
+/// up to a whole window, 1 MiB, per channel.)
+const RX_KEEP_CAPACITY: usize = 64 * 1024;
 
 /// Session limits. Sizes in bytes.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -85,14 +94,32 @@ pub struct Config {
     /// channels` (1 GiB at 1024 channels of 1 MiB). Must be > 0.
     pub receive_budget: u64,
     /// Most channels in use at once, both directions (default 1024). An
-    /// incoming OPEN beyond it is answered with OPEN FAILURE (general
-    /// failure) without an event; [`Session::open`] fails.
+    /// incoming OPEN beyond it is answered with OPEN FAILURE (reason 1,
+    /// general failure: the spec has no resource-shortage code, and the
+    /// reference answers "no more ID available" the same way) without an
+    /// event; [`Session::open`] fails. A channel is in use from its OPEN
+    /// until it is freed ([`Event::Closed`]): CLOSE went both ways, its
+    /// buffered input was consumed or dropped, and the driver released it
+    /// if it held it ([`Session::hold`]: a socket still holding a closed
+    /// channel's bytes keeps counting). A refused OPEN counts until its
+    /// OPEN FAILURE is in the output buffer.
     pub max_channels: u32,
     /// How long an OPEN may wait for its answer before the session reports
     /// [`Event::OpenFailed`] with [`ReasonCode::TtlExpired`] (default
     /// `None`: wait forever, like the reference). A late answer is then
     /// handled silently (OPEN SUCCESS is answered with CLOSE).
     pub open_timeout: Option<Duration>,
+    /// Most bytes of control messages (OPEN SUCCESS/FAILURE, WINDOW
+    /// ADJUST, EOF, CLOSE, encoded size) waiting for room in the output
+    /// buffer (default 262144 = 256 KiB). Past it,
+    /// [`Session::handle_input`] stops decoding (the rest stays buffered)
+    /// and [`Session::wants_input`] is `false` until the pipe took enough:
+    /// a peer that sends without reading (e.g. OPENs that are all refused)
+    /// is held back instead of growing the queue of answers. Legitimate
+    /// traffic stays far below it: one answer per channel and a WINDOW
+    /// ADJUST per adjust threshold consumed (~40 KiB at 1024 channels
+    /// with the whole budget consumed). Must be > 0.
+    pub max_control_backlog: usize,
     /// The coalescing sender's limits (64 KiB buffer, 16 KiB threshold,
     /// 50 us drain spacing, 1 ms backstop). `capacity` must be >= 1024.
     pub sender: SenderConfig,
@@ -108,6 +135,7 @@ impl Default for Config {
             receive_budget: 64 << 20,
             max_channels: 1024,
             open_timeout: None,
+            max_control_backlog: 256 * 1024,
             sender: SenderConfig::default(),
         }
     }
@@ -132,6 +160,9 @@ pub enum ConfigError {
     /// `sender.capacity` below 1024 bytes.
     #[error("sender capacity {0} must be >= 1024 bytes")]
     SenderTooSmall(usize),
+    /// `max_control_backlog` is 0.
+    #[error("max_control_backlog must be > 0")]
+    ZeroControlBacklog,
 }
 
 /// Something the driver must act on, from [`Session::poll_event`]. Events for
@@ -178,8 +209,9 @@ pub enum Event {
         /// The channel.
         id: ChannelId,
     },
-    /// The channel is finished: CLOSE went both ways and its buffered bytes
-    /// were consumed (or dropped by [`Session::abort`]). The id is free and
+    /// The channel is finished: CLOSE went both ways, its buffered bytes
+    /// were consumed (or dropped by [`Session::abort`]) and the driver
+    /// released it if it held it ([`Session::hold`]). The id is free and
     /// may be reused. Emitted once for every channel that was opened or
     /// accepted.
     Closed {
@@ -281,9 +313,14 @@ pub struct Stats {
     pub dropped_data_bytes: u64,
     /// DATA larger than the maximum packet size we advertised (accepted).
     pub oversized_data: u64,
-    /// Incoming OPENs refused by the session itself (too many channels, or
-    /// the peer's maximum packet size <= 8).
+    /// Incoming OPENs refused by the session itself (too many channels,
+    /// the peer's maximum packet size <= 8, or a sender channel id the
+    /// peer already uses for a live channel).
     pub auto_rejected_opens: u64,
+    /// WINDOW ADJUSTs that would have raised our send credit above
+    /// 2^32 - 1 bytes (the credit stops there; JMUX spec, "Data
+    /// Transfer").
+    pub window_overflows: u64,
 }
 
 /// The JMUX session state machine (see the module docs).
@@ -311,6 +348,11 @@ pub struct Session {
     /// Control messages waiting for output room, in order. Nothing is
     /// dropped; DATA is only accepted while this is empty, so order holds.
     control: VecDeque<Message>,
+    /// Encoded bytes in `control`.
+    control_bytes: usize,
+    /// `handle_input` stopped decoding at the control backlog bound; input
+    /// waits in the decoder.
+    input_paused: bool,
     events: VecDeque<Event>,
     /// Channels whose `send_data` was cut short by output room.
     waiting_for_room: VecDeque<u32>,
@@ -339,6 +381,9 @@ impl Session {
         if config.sender.capacity < 1024 {
             return Err(ConfigError::SenderTooSmall(config.sender.capacity));
         }
+        if config.max_control_backlog == 0 {
+            return Err(ConfigError::ZeroControlBacklog);
+        }
         let adjust_threshold = u64::from(
             config
                 .window_adjust_threshold
@@ -360,6 +405,8 @@ impl Session {
             decoder: Decoder::with_max_message_size(config.max_message_size),
             sender: Sender::new(config.sender.clone()),
             control: VecDeque::new(),
+            control_bytes: 0,
+            input_paused: false,
             events: VecDeque::new(),
             waiting_for_room: VecDeque::new(),
             error: None,
@@ -469,23 +516,24 @@ impl Session {
     // ----- outgoing --------------------------------------------------------
 
     fn queue(&mut self, msg: Message) {
+        self.control_bytes += msg.encoded_len();
         self.control.push_back(msg);
     }
 
     /// Moves queued control messages into the sender while they fit.
     fn pump_control(&mut self, now: Instant) {
         while let Some(msg) = self.control.front() {
+            let len = msg.encoded_len();
             match self.sender.push(now, msg) {
-                Ok(()) => {
-                    self.control.pop_front();
-                }
+                Ok(()) => {}
                 Err(PushError::Full { .. }) => break,
                 Err(PushError::Encode(e)) => {
                     // Every queued message is size-checked when built.
                     debug_assert!(false, "unencodable control message: {e}");
-                    self.control.pop_front();
                 }
             }
+            self.control.pop_front();
+            self.control_bytes -= len;
         }
     }
 
@@ -702,6 +750,48 @@ impl Session {
         Ok(())
     }
 
+    /// The driver holds a local resource for this open channel (its target
+    /// or client socket): the channel stays in use, counted against
+    /// [`Config::max_channels`] with its id kept from reuse, until
+    /// [`Session::release`], even after CLOSE went both ways and its
+    /// buffered bytes were consumed. [`Event::Closed`] comes only then.
+    ///
+    /// Why: bytes consumed from the session may still wait in the socket
+    /// (the host's write buffer, the kernel's); a channel freed at CLOSE
+    /// would let a peer that fills windows towards a target that never
+    /// reads, then closes, open sockets without bound. A driver that
+    /// holds releases once the socket is gone or has taken every byte.
+    /// Idempotent.
+    ///
+    /// Errors: [`ChannelError::UnknownChannel`], [`ChannelError::NotOpen`]
+    /// (hold once the channel is open: after [`Session::accept`] or on
+    /// [`Event::Opened`]).
+    ///
+    /// Source: JMUX spec, "Channel life cycle" (a party *may* reuse an id
+    /// once CLOSE went both ways; "it is RECOMMENDED that all data sent
+    /// before [CLOSE] be delivered to the actual destination").
+    pub fn hold(&mut self, id: ChannelId) -> Result<(), ChannelError> {
+        let ch = self.get_mut(id).ok_or(ChannelError::UnknownChannel(id))?;
+        if ch.phase != Phase::Open {
+            return Err(ChannelError::NotOpen(id));
+        }
+        ch.held = true;
+        Ok(())
+    }
+
+    /// The driver's local resource for the channel is gone (see
+    /// [`Session::hold`]). A channel whose CLOSE went both ways and whose
+    /// buffered bytes were consumed is freed now ([`Event::Closed`]);
+    /// otherwise it is freed when that happens. Idempotent.
+    ///
+    /// Errors: [`ChannelError::UnknownChannel`].
+    pub fn release(&mut self, id: ChannelId) -> Result<(), ChannelError> {
+        let ch = self.get_mut(id).ok_or(ChannelError::UnknownChannel(id))?;
+        ch.held = false;
+        self.free_if_finished(id);
+        Ok(())
+    }
+
     /// Abnormal end (local read or write error): queues CLOSE at once
     /// without EOF, drops the receive buffer and refuses further sends. The
     /// id is freed once the peer's CLOSE arrives ([`Event::Closed`] then). On
@@ -735,7 +825,8 @@ impl Session {
                 self.update_channel(id, |ch| {
                     // Dropped unread: as good as consumed for the window.
                     ch.rx_consumed += ch.rx.len() as u64;
-                    ch.rx.clear();
+                    ch.rx = BytesMut::new();
+                    ch.rx_allocated = 0;
                 });
                 self.free_if_finished(id);
                 Ok(())
@@ -771,10 +862,11 @@ impl Session {
         ch.rx.advance(n);
         self.exposure -= n as u64;
         let ch = self.get_mut(id).expect("checked");
-        if ch.rx.is_empty() && ch.rx.capacity() > RX_KEEP_CAPACITY {
-            // A stalled channel's buffer grew towards its window: give the
-            // memory back once it is drained.
+        // Reclaiming the space before the read position (free when empty)
+        // shows the whole allocation; past the bound, give it back.
+        if ch.rx.is_empty() && ch.rx.try_reclaim(RX_KEEP_CAPACITY + 1) {
             ch.rx = BytesMut::new();
+            ch.rx_allocated = 0;
         }
         ch.readable_notified = false;
         ch.rx_consumed += n as u64;
@@ -906,6 +998,11 @@ impl Session {
     /// is not message-aligned) and handles every complete message in them
     /// at time `now`. Events queue up for [`Session::poll_event`].
     ///
+    /// Decoding stops while control messages over
+    /// [`Config::max_control_backlog`] wait for output room (the rest of
+    /// the input stays buffered, [`Session::wants_input`] turns `false`);
+    /// [`Session::resume_input`] goes on once the pipe took them.
+    ///
     /// Errors: [`SessionError`] (fatal and sticky): malformed input, or DATA
     /// beyond the granted window.
     pub fn handle_input(&mut self, now: Instant, bytes: &[u8]) -> Result<(), SessionError> {
@@ -913,7 +1010,12 @@ impl Session {
             return Err(e.clone());
         }
         self.decoder.push(bytes);
+        self.input_paused = false;
         loop {
+            if self.control_bytes > self.config.max_control_backlog {
+                self.input_paused = true;
+                break;
+            }
             match self.decoder.next_message() {
                 Ok(Some(msg)) => self.handle_message(now, msg)?,
                 Ok(None) => break,
@@ -929,7 +1031,9 @@ impl Session {
     }
 
     /// Handles one decoded message at time `now` (for drivers with their
-    /// own [`Decoder`]; [`Session::handle_input`] calls this).
+    /// own [`Decoder`]; [`Session::handle_input`] calls this). Such a
+    /// driver applies [`Config::max_control_backlog`] itself: it stops
+    /// handing messages while [`Session::control_backlog`] exceeds it.
     ///
     /// Errors: [`SessionError::WindowExceeded`] (fatal and sticky).
     pub fn handle_message(&mut self, now: Instant, msg: Message) -> Result<(), SessionError> {
@@ -1026,6 +1130,23 @@ impl Session {
             ));
             return;
         }
+        // The peer may reuse its id only once CLOSE went both ways (JMUX
+        // spec, "Closing a Channel"); a second OPEN from an id still live
+        // here would make two channels the peer cannot tell apart.
+        let duplicate = self.channels.iter().flatten().any(|ch| {
+            matches!(ch.phase, Phase::Requested | Phase::Open)
+                && ch.remote_id == remote_id
+                && !ch.close_received
+        });
+        if duplicate {
+            self.stats.auto_rejected_opens += 1;
+            self.queue(open_failure(
+                remote_id,
+                ReasonCode::GeneralFailure,
+                &format!("sender channel id {remote_id} is already in use"),
+            ));
+            return;
+        }
         let mut ch = Channel::new(Phase::Requested, self.new_window());
         ch.remote_id = remote_id;
         ch.credit = u64::from(window);
@@ -1107,7 +1228,14 @@ impl Session {
         };
         let room = self.room_for_writers();
         let ch = self.get_mut(id).expect("checked");
-        ch.credit = ch.credit.saturating_add(u64::from(adjustment));
+        // The window must never exceed 2^32 - 1 bytes (JMUX spec, "Data
+        // Transfer"): a peer's excess is not credit, and is counted.
+        let credit = ch.credit + u64::from(adjustment);
+        ch.credit = credit.min(MAX_WINDOW);
+        if credit > MAX_WINDOW {
+            self.stats.window_overflows += 1;
+        }
+        let ch = self.get_mut(id).expect("checked");
         if ch.want_writable && ch.can_send() && ch.credit > 0 {
             if room {
                 ch.want_writable = false;
@@ -1151,6 +1279,7 @@ impl Session {
             return Ok(());
         }
         ch.rx_window -= len as u64;
+        reserve_within_window(&mut ch.rx, &mut ch.rx_allocated, len, ch.rx_window);
         ch.rx.extend_from_slice(payload);
         let notify = !ch.readable_notified;
         ch.readable_notified = true;
@@ -1314,6 +1443,55 @@ impl Session {
     pub fn is_output_blocked(&self) -> bool {
         !self.control.is_empty()
     }
+
+    /// Encoded bytes of control messages waiting for room in the output
+    /// buffer (see [`Config::max_control_backlog`]).
+    pub fn control_backlog(&self) -> usize {
+        self.control_bytes
+    }
+
+    /// Whether the driver should read more input from the pipe: `false`
+    /// while decoding is paused at [`Config::max_control_backlog`] (the
+    /// peer sends without reading our answers). Write the pipe, then call
+    /// [`Session::resume_input`]; do not wait for pipe input meanwhile.
+    pub fn wants_input(&self) -> bool {
+        !self.input_paused
+    }
+
+    /// Decodes the input held back by [`Config::max_control_backlog`] once
+    /// there is room again (moving queued control messages to the output
+    /// first); a no-op when input is not paused.
+    ///
+    /// Errors: as [`Session::handle_input`].
+    pub fn resume_input(&mut self, now: Instant) -> Result<(), SessionError> {
+        if !self.input_paused {
+            return Ok(());
+        }
+        self.pump_control(now);
+        if self.control_bytes > self.config.max_control_backlog {
+            return Ok(());
+        }
+        self.handle_input(now, &[])
+    }
+}
+
+/// Makes room for `len` more bytes in a receive buffer without letting its
+/// capacity pass what the channel can hold now: its bytes plus `len` plus
+/// the window left. (Doubling alone took a 1 MiB window's buffer to 2 MiB
+/// of capacity when filled by 4088-byte payloads, so buffered input could
+/// cost twice the receive budget in guest memory.) Space before the read
+/// position is reused first, without allocating.
+fn reserve_within_window(rx: &mut BytesMut, allocated: &mut usize, len: usize, window_left: u64) {
+    if rx.capacity() - rx.len() >= len || rx.try_reclaim(len) {
+        return;
+    }
+    let need = rx.len() + len;
+    let most = need.saturating_add(usize::try_from(window_left).unwrap_or(usize::MAX));
+    let capacity = (2 * rx.capacity()).max(need).min(most);
+    let mut grown = BytesMut::with_capacity(capacity);
+    grown.extend_from_slice(rx);
+    *rx = grown;
+    *allocated = rx.capacity();
 }
 
 /// Builds an OPEN FAILURE whose description is cut (at a character boundary)

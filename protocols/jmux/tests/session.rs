@@ -1498,3 +1498,374 @@ fn every_window_granted_exceeds_the_reference_adjust_threshold() {
         );
     }
 }
+
+// ----- channels held by the driver ----------------------------------------------
+
+/// A driver model of a target socket that never reads: its buffers (the
+/// host's write buffer, 256 KiB, plus the kernel's) take at most `room`
+/// bytes, and none of them ever reaches the target.
+struct StuckTarget {
+    room: usize,
+    taken: usize,
+}
+
+impl StuckTarget {
+    /// Moves what the socket takes from the channel; `true` when the
+    /// socket still holds bytes it never delivers.
+    fn pump(&mut self, h: &mut Harness, id: ChannelId) -> bool {
+        let n =
+            h.s.channel(id)
+                .unwrap()
+                .readable
+                .min(self.room - self.taken);
+        h.s.consume(id, n).unwrap();
+        self.taken += n;
+        self.taken > 0
+    }
+}
+
+/// Issue 10, item 8, in the session with a simulated clock: the peer
+/// opens a channel, fills its window towards a target that never reads,
+/// closes, and repeats. The driver holds each channel while its socket
+/// still holds bytes. Held channels count against `max_channels` after
+/// CLOSE went both ways, so OPENs past the cap get OPEN FAILURE (reason
+/// 1) and buffered input stays within the receive budget; releasing one
+/// frees its id (`Closed`) and the next OPEN is accepted.
+#[test]
+fn a_held_channel_counts_against_the_cap_and_budget_until_released() {
+    const CAP: u32 = 4;
+    const W: u32 = 64 * 1024;
+    let mut h = Harness::new(Config {
+        initial_window: W,
+        max_channels: CAP,
+        receive_budget: 2 * u64::from(W),
+        ..Config::default()
+    });
+    let mut targets: HashMap<ChannelId, StuckTarget> = HashMap::new();
+    let (mut accepted, mut refused) = (Vec::new(), 0);
+    for sender in 0..3 * CAP {
+        h.feed(&[Message::Open {
+            sender_channel_id: sender,
+            initial_window_size: 1 << 20,
+            maximum_packet_size: 4096,
+            destination_url: "tcp://10.0.0.1:80".into(),
+        }])
+        .unwrap();
+        let mut window = 0;
+        for ev in h.events() {
+            let Event::OpenRequest { id, .. } = ev else {
+                panic!("{ev:?}");
+            };
+            h.s.accept(id).unwrap();
+            h.s.hold(id).unwrap();
+            window = h.s.channel(id).unwrap().recv_window as usize;
+            accepted.push((id, sender));
+            targets.insert(
+                id,
+                StuckTarget {
+                    room: 256 * 1024,
+                    taken: 0,
+                },
+            );
+        }
+        let mut id_of_sender = None;
+        for m in h.output() {
+            match m {
+                Message::OpenSuccess {
+                    recipient_channel_id,
+                    sender_channel_id,
+                    ..
+                } => {
+                    assert_eq!(recipient_channel_id, sender);
+                    id_of_sender = Some(ChannelId(sender_channel_id));
+                }
+                Message::OpenFailure {
+                    recipient_channel_id,
+                    reason_code,
+                    description,
+                } => {
+                    assert_eq!(recipient_channel_id, sender);
+                    assert_eq!(reason_code, ReasonCode::GeneralFailure);
+                    assert_eq!(description, "too many channels");
+                    refused += 1;
+                }
+                Message::Close { .. } | Message::WindowAdjust { .. } => {}
+                other => panic!("{other:?}"),
+            }
+        }
+        let Some(id) = id_of_sender else { continue };
+        // Fill the window, then CLOSE; the driver writes what the socket
+        // takes.
+        fill(&mut h, id, window);
+        h.feed(&[Message::Close {
+            recipient_channel_id: id.0,
+        }])
+        .unwrap();
+        for (&id, t) in targets.iter_mut() {
+            if h.s.channel(id).is_some() {
+                t.pump(&mut h, id);
+            }
+        }
+        let events = h.events();
+        assert!(
+            !events.iter().any(|e| matches!(e, Event::Closed { .. })),
+            "a held channel was freed: {events:?}"
+        );
+        let info = h.s.channel(id).unwrap();
+        assert!(info.close_sent && info.close_received && info.held);
+        assert!(
+            info.buffer_capacity <= 64 * 1024,
+            "a drained held channel keeps {} bytes allocated",
+            info.buffer_capacity
+        );
+        assert!(h.s.channel_count() <= CAP as usize);
+        let buffered: usize = targets
+            .keys()
+            .filter_map(|&id| h.s.channel(id))
+            .map(|c| c.readable)
+            .sum();
+        assert!(
+            buffered as u64 <= 2 * u64::from(W) + u64::from(CAP * MIN_WINDOW),
+            "{buffered} bytes buffered"
+        );
+        h.now += Duration::from_millis(1);
+    }
+    assert_eq!((accepted.len() as u32, refused), (CAP, 2 * CAP));
+    assert_eq!(h.s.stats().auto_rejected_opens, u64::from(2 * CAP));
+
+    // The first target went away: its channel is released, its bytes
+    // dropped, and the next OPEN gets its id.
+    let (first, _) = accepted[0];
+    h.s.abort(first).unwrap();
+    assert!(h.events().is_empty(), "still held");
+    assert!(h.s.channel(first).unwrap().readable == 0);
+    h.s.release(first).unwrap();
+    assert_eq!(h.events(), vec![Event::Closed { id: first }]);
+    assert_eq!(h.s.channel_count(), CAP as usize - 1);
+    h.feed(&[Message::Open {
+        sender_channel_id: 0,
+        initial_window_size: 1 << 20,
+        maximum_packet_size: 4096,
+        destination_url: "tcp://10.0.0.1:80".into(),
+    }])
+    .unwrap();
+    assert!(matches!(
+        h.events().as_slice(),
+        [Event::OpenRequest { id, .. }] if *id == first
+    ));
+}
+
+#[test]
+fn hold_applies_to_open_channels_and_release_frees_once_finished() {
+    let mut h = Harness::new(Config::default());
+    let opening = h.s.open(&Destination::tcp("a", 1), h.now).unwrap();
+    assert_eq!(h.s.hold(opening), Err(ChannelError::NotOpen(opening)));
+    h.output();
+    let id = h.open_ok(9, 1000, 4096);
+    h.s.hold(id).unwrap();
+    // Released while still open: nothing happens until CLOSE both ways.
+    h.s.release(id).unwrap();
+    assert!(h.events().is_empty());
+    h.s.hold(id).unwrap();
+    h.feed(&[data(id.0, b"abc")]).unwrap();
+    h.feed(&[Message::Close {
+        recipient_channel_id: id.0,
+    }])
+    .unwrap();
+    assert_eq!(h.events(), vec![Event::Data { id }]);
+    // Consumed, CLOSE both ways, still held: in use.
+    h.s.consume(id, 3).unwrap();
+    assert!(h.events().is_empty());
+    assert_eq!(h.s.channel_count(), 2);
+    // Late messages for the held id are dropped, not misrouted.
+    h.feed(&[data(id.0, b"late")]).unwrap();
+    h.s.release(id).unwrap();
+    assert_eq!(h.events(), vec![Event::Closed { id }]);
+    assert_eq!(
+        h.s.release(id),
+        Err(ChannelError::UnknownChannel(id)),
+        "freed"
+    );
+}
+
+/// "The window MUST NOT be increased above 2^32 - 1 bytes" (JMUX spec,
+/// "Data Transfer"): credit stops there and the excess is counted.
+#[test]
+fn window_adjust_past_2_pow_32_is_clamped() {
+    let mut h = Harness::new(Config::default());
+    let id = h.open_ok(9, u32::MAX - 10, 4096);
+    h.feed(&[Message::WindowAdjust {
+        recipient_channel_id: id.0,
+        window_adjustment: 100,
+    }])
+    .unwrap();
+    assert_eq!(h.s.channel(id).unwrap().send_credit, u64::from(u32::MAX));
+    assert_eq!(h.s.stats().window_overflows, 1);
+    h.feed(&[Message::WindowAdjust {
+        recipient_channel_id: id.0,
+        window_adjustment: u32::MAX,
+    }])
+    .unwrap();
+    assert_eq!(h.s.channel(id).unwrap().send_credit, u64::from(u32::MAX));
+    assert_eq!(h.s.stats().window_overflows, 2);
+}
+
+/// An OPEN from a sender id the peer still uses for a live channel is
+/// refused (the peer could not tell the two apart); once CLOSE went both
+/// ways the peer may reuse it, even while our side still holds the
+/// channel.
+#[test]
+fn duplicate_open_ids_are_refused_until_close_went_both_ways() {
+    let mut h = Harness::new(Config::default());
+    let open = |sender| Message::Open {
+        sender_channel_id: sender,
+        initial_window_size: 1 << 20,
+        maximum_packet_size: 4096,
+        destination_url: "tcp://10.0.0.1:80".into(),
+    };
+    h.feed(&[open(5)]).unwrap();
+    let [Event::OpenRequest { id, .. }] = h.events()[..] else {
+        panic!()
+    };
+    h.s.accept(id).unwrap();
+    h.s.hold(id).unwrap();
+    h.output();
+    h.feed(&[open(5)]).unwrap();
+    assert!(h.events().is_empty());
+    assert_eq!(
+        h.output(),
+        vec![Message::OpenFailure {
+            recipient_channel_id: 5,
+            reason_code: ReasonCode::GeneralFailure,
+            description: "sender channel id 5 is already in use".into(),
+        }]
+    );
+    assert_eq!(h.s.channel_count(), 1);
+    h.feed(&[Message::Close {
+        recipient_channel_id: id.0,
+    }])
+    .unwrap();
+    h.output();
+    // CLOSE went both ways: id 5 is the peer's again, while ours is held.
+    h.feed(&[open(5)]).unwrap();
+    assert!(matches!(
+        h.events().as_slice(),
+        [Event::OpenRequest { id: other, .. }] if *other != id
+    ));
+    assert_eq!(h.s.channel_count(), 2);
+}
+
+/// A peer that sends OPENs (all refused: the cap is reached) and never
+/// reads our answers: past `max_control_backlog` bytes of queued answers
+/// the session stops decoding, keeps the rest of the input buffered and
+/// asks for no more; once the pipe took the answers it goes on, and every
+/// OPEN is answered in order.
+#[test]
+fn answers_waiting_for_a_peer_that_does_not_read_are_bounded() {
+    let mut h = Harness::new(Config {
+        max_channels: 1,
+        max_control_backlog: 4096,
+        sender: SenderConfig {
+            capacity: 1024,
+            flush_threshold: 1024,
+            ..SenderConfig::default()
+        },
+        ..Config::default()
+    });
+    h.s.open(&Destination::tcp("a", 1), h.now).unwrap();
+    let opens: Vec<Message> = (0..2000)
+        .map(|sender| Message::Open {
+            sender_channel_id: sender,
+            initial_window_size: 1 << 20,
+            maximum_packet_size: 4096,
+            destination_url: "tcp://10.0.0.1:80".into(),
+        })
+        .collect();
+    // The pipe is never written: nothing leaves the output buffer.
+    h.feed(&opens).unwrap();
+    assert!(!h.s.wants_input());
+    let backlog = h.s.control_backlog();
+    assert!(backlog > 4096 && backlog <= 4096 + 64, "{backlog}");
+    let refused = h.s.stats().auto_rejected_opens;
+    assert!(refused < 200, "{refused} OPENs decoded while paused");
+    // More input while paused is only buffered.
+    h.s.handle_input(h.now, &[]).unwrap();
+    assert_eq!(h.s.stats().auto_rejected_opens, refused);
+    // The peer reads: every OPEN gets its OPEN FAILURE, in order.
+    let mut dec = Decoder::new();
+    let mut answered = Vec::new();
+    while answered.len() < 2000 {
+        h.s.resume_input(h.now).unwrap();
+        if h.s.poll_flush(h.now) {
+            let out = h.s.transmit().to_vec();
+            h.s.advance_transmit(out.len());
+            dec.push(&out);
+        }
+        h.now += Duration::from_millis(2);
+        while let Some(m) = dec.next_message().unwrap() {
+            match m {
+                Message::Open { .. } => {}
+                Message::OpenFailure {
+                    recipient_channel_id,
+                    reason_code: ReasonCode::GeneralFailure,
+                    ..
+                } => answered.push(recipient_channel_id),
+                other => panic!("{other:?}"),
+            }
+        }
+        assert!(h.s.control_backlog() <= 4096 + 64);
+    }
+    assert_eq!(answered, (0..2000).collect::<Vec<u32>>());
+    assert!(h.s.wants_input());
+}
+
+/// A receive buffer never allocates past what its channel can hold:
+/// filling a 1 MiB window with 4088-byte payloads used to double its
+/// capacity to 2 MiB, so buffered input could cost twice the receive
+/// budget in guest memory.
+#[test]
+fn a_full_window_allocates_no_more_than_the_window() {
+    const W: u32 = 1 << 20;
+    let mut h = Harness::new(Config::default());
+    let (id, window) = open_granting(&mut h, 3);
+    assert_eq!(window, W);
+    fill(&mut h, id, W as usize);
+    let info = h.s.channel(id).unwrap();
+    assert_eq!((info.readable, info.recv_window), (W as usize, 0));
+    assert!(
+        info.buffer_capacity <= W as usize,
+        "{} bytes allocated for a {W}-byte window",
+        info.buffer_capacity
+    );
+    // Half read, then refilled: the space before the read position is
+    // reused, the capacity stays within the window.
+    h.s.consume(id, W as usize / 2).unwrap();
+    h.feed(&[Message::WindowAdjust {
+        recipient_channel_id: id.0,
+        window_adjustment: 0,
+    }])
+    .unwrap();
+    let granted: u32 = h
+        .output()
+        .iter()
+        .map(|m| match m {
+            Message::WindowAdjust {
+                window_adjustment, ..
+            } => *window_adjustment,
+            _ => 0,
+        })
+        .sum();
+    assert_eq!(granted, W / 2);
+    fill(&mut h, id, W as usize / 2);
+    let info = h.s.channel(id).unwrap();
+    assert_eq!(info.readable, W as usize);
+    assert!(
+        info.buffer_capacity <= W as usize,
+        "{}",
+        info.buffer_capacity
+    );
+    // Drained to its end, the buffer gives its memory back (a channel
+    // held after CLOSE, or idle, keeps no window-sized allocation).
+    drain(&mut h, id);
+    assert_eq!(h.s.channel(id).unwrap().buffer_capacity, 0);
+}

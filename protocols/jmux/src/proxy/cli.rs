@@ -16,6 +16,12 @@
 //!   [`super::rules`]) opens only matching targets; with neither every OPEN
 //!   is refused with reason 2.
 //!
+//! - Session limits (Tether's own; jetsocat has no such options):
+//!   `--max-channels N` ([`Config::max_channels`], default 1024),
+//!   `--window BYTES` ([`Config::initial_window`], default 1048576),
+//!   `--receive-budget BYTES` ([`Config::receive_budget`], default
+//!   67108864).
+//!
 //! `BIND` is `ip:port` (port 0 for an ephemeral port).
 //!
 //! Source: JMUX spec, "How people run it (jetsocat)".
@@ -24,6 +30,7 @@ use std::net::SocketAddr;
 
 use super::rules::{AllowRule, RuleError, TargetFilter};
 use crate::codec::Destination;
+use crate::session::Config;
 
 /// Usage text for error messages and `--help`.
 pub const USAGE: &str = "usage: jmux-proxy <PIPE> [<LISTENER>...] [--allow-all | --allow RULE...]
@@ -31,6 +38,9 @@ pub const USAGE: &str = "usage: jmux-proxy <PIPE> [<LISTENER>...] [--allow-all |
   LISTENER:  tcp-listen://BIND/HOST:PORT | socks5-listen://BIND | http-listen://BIND
   --allow-all      open any target the host allows
   --allow RULE     open targets matching HOST:PORT (repeatable; *, *.suffix, IP, CIDR; PORT, LO-HI, *)
+  --max-channels N         channels in use at once, both directions (default 1024)
+  --window BYTES           receive window per channel (default 1048576)
+  --receive-budget BYTES   receive windows plus buffered input over all channels (default 67108864)
   BIND is ip:port (port 0: ephemeral)";
 
 /// The byte pipe that carries the JMUX session.
@@ -88,6 +98,10 @@ pub struct ProxyArgs {
     pub listeners: Vec<ListenerSpec>,
     /// Which targets the accepting side opens.
     pub filter: TargetFilter,
+    /// The JMUX session's limits: the defaults, with `--max-channels`,
+    /// `--window` and `--receive-budget` applied (checked by
+    /// [`crate::Session::new`]).
+    pub session: Config,
 }
 
 /// A command line that cannot be used.
@@ -191,8 +205,23 @@ pub fn parse_args<S: AsRef<str>>(args: &[S]) -> Result<ProxyArgs, CliError> {
     let mut positional = Vec::new();
     let mut allow_all = false;
     let mut rules: Vec<AllowRule> = Vec::new();
+    let mut session = Config::default();
     while let Some(arg) = args.next() {
-        if arg == "--allow-all" {
+        let (name, inline) = match arg.split_once('=') {
+            Some((n, v)) if n.starts_with("--") => (n, Some(v)),
+            _ => (arg, None),
+        };
+        if matches!(name, "--max-channels" | "--window" | "--receive-budget") {
+            let value = inline
+                .or_else(|| args.next())
+                .ok_or_else(|| CliError::BadOption(format!("{name} needs a number")))?;
+            let bad = || CliError::BadOption(format!("{name} {value}: not a number in range"));
+            match name {
+                "--max-channels" => session.max_channels = value.parse().map_err(|_| bad())?,
+                "--window" => session.initial_window = value.parse().map_err(|_| bad())?,
+                _ => session.receive_budget = value.parse().map_err(|_| bad())?,
+            }
+        } else if arg == "--allow-all" {
             allow_all = true;
         } else if arg == "--allow" {
             let rule = args
@@ -221,6 +250,7 @@ pub fn parse_args<S: AsRef<str>>(args: &[S]) -> Result<ProxyArgs, CliError> {
             .map(|l| parse_listener(l))
             .collect::<Result<_, _>>()?,
         filter,
+        session,
     })
 }
 
@@ -304,5 +334,34 @@ mod tests {
             parse_args(&["ws://x/", "--frobnicate"]),
             Err(CliError::BadOption(_))
         ));
+        let e = parse_args(&["ws://x/", "--window", "-1"]).unwrap_err();
+        assert!(e.to_string().contains("--window -1"), "{e}");
+        assert!(matches!(
+            parse_args(&["ws://x/", "--max-channels"]),
+            Err(CliError::BadOption(_))
+        ));
+    }
+
+    #[test]
+    fn session_limits() {
+        let a = parse_args(&[
+            "ws-listen://127.0.0.1:0",
+            "--max-channels",
+            "8",
+            "--window=65536",
+            "--receive-budget",
+            "131072",
+        ])
+        .unwrap();
+        assert_eq!(
+            (
+                a.session.max_channels,
+                a.session.initial_window,
+                a.session.receive_budget
+            ),
+            (8, 65536, 131072)
+        );
+        let d = parse_args(&["ws-listen://127.0.0.1:0"]).unwrap();
+        assert_eq!(d.session, Config::default());
     }
 }
