@@ -6,5 +6,6 @@ mod jetsocat;
 mod jmux;
 mod limits;
 mod quic;
+mod readiness;
 mod tcp;
 mod websocket;
