@@ -7,7 +7,9 @@
 //!   guest/native pairing);
 //! - [`jmux`]: `tether bench jmux` (a two-guest JMUX tunnel vs direct, and
 //!   two native relays as the floor; with `--vs jetsocat`, pairs of `tether
-//!   jmux` and `jetsocat jmux-proxy` processes side by side).
+//!   jmux` and `jetsocat jmux-proxy` processes side by side);
+//! - [`load`]: `tether bench load` (one server guest holding N WebSocket
+//!   connections from a load client in another process).
 //!
 //! [`report`] draws every bench's JSON as `target/bench/report.html` with
 //! SVG plots; [`progress`] is the progress line of long runs.
@@ -25,6 +27,7 @@ pub mod echo;
 pub mod echo_server;
 pub mod jmux;
 pub mod latency;
+pub mod load;
 pub mod local_server;
 pub mod progress;
 pub mod quic;

@@ -1,4 +1,4 @@
-//! `tether bench echo|quic|jmux|all|report`: guest against native code in
+//! `tether bench echo|quic|jmux|load|all|report`: guest against native code in
 //! one run; `all` runs every bench and writes `target/bench/report.html`.
 
 use std::path::PathBuf;
@@ -26,6 +26,15 @@ pub enum BenchCommand {
     /// A two-guest JMUX tunnel vs direct: HTTP/2 and HTTP/1.1 uploads, bulk
     /// MB/s and CPU per GB, added round trip.
     Jmux(BenchJmuxArgs),
+    /// N WebSocket connections (default 10,000) held by one server guest
+    /// (the echo guest) from a load client in another process: connect
+    /// rate, host RSS and descriptors per connection, idle CPU, round trips
+    /// with 1 and with N open, messages/s; and the guest's old poll-all
+    /// loop in the same run.
+    Load(BenchLoadArgs),
+    /// The load client of `bench load` (started by it, in its own process).
+    #[command(hide = true)]
+    LoadClient(LoadClientArgs),
     /// Every bench above in turn; writes each one's JSON, meta.json and
     /// report.html (plots as SVG) into --out.
     All(BenchAllArgs),
@@ -45,6 +54,36 @@ pub struct BenchAllArgs {
     /// ../shared/peers/jetsocat/jetsocat from the workspace root].
     #[arg(long, value_name = "PATH")]
     pub jetsocat: Option<PathBuf>,
+}
+
+#[derive(Args)]
+pub struct BenchLoadArgs {
+    /// Print one JSON object instead of the table.
+    #[arg(long)]
+    pub json: bool,
+    /// A short smoke run (CI): 500 connections, short phases.
+    #[arg(long)]
+    pub quick: bool,
+    /// Connections to hold open (200 or more) [default: 10000, 500 with
+    /// --quick].
+    #[arg(long, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(200..))]
+    pub connections: Option<usize>,
+    /// Connections for the run with the guest's old poll-all loop (0: skip
+    /// it) [default: 2000, or --connections if fewer].
+    #[arg(long)]
+    pub poll_all_connections: Option<usize>,
+}
+
+#[derive(Args)]
+pub struct LoadClientArgs {
+    #[arg(long)]
+    pub url: String,
+    #[arg(long)]
+    pub connections: usize,
+    #[arg(long)]
+    pub rtt_samples: usize,
+    #[arg(long)]
+    pub throughput_ms: u64,
 }
 
 #[derive(Args)]
@@ -173,6 +212,30 @@ pub async fn bench(command: BenchCommand) -> anyhow::Result<ExitCode> {
             }
             Ok(ExitCode::SUCCESS)
         }
+        BenchCommand::Load(args) => {
+            let report = run_load(args.quick, args.connections, args.poll_all_connections).await?;
+            if args.json {
+                outln!("{}", serde_json::to_string(&report)?);
+            } else {
+                outln!(
+                    "tether bench load: {} WebSocket connections held by the echo guest's server,                      a load client in its own process ({} B round trips)\n",
+                    report.connections,
+                    tether_bench::load::MESSAGE_BYTES
+                );
+                outln!("{}", report.table());
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        BenchCommand::LoadClient(args) => {
+            tether_bench::load::client(&tether_bench::load::ClientArgs {
+                url: args.url,
+                connections: args.connections,
+                rtt_samples: args.rtt_samples,
+                throughput: std::time::Duration::from_millis(args.throughput_ms),
+            })
+            .await?;
+            Ok(ExitCode::SUCCESS)
+        }
         BenchCommand::All(args) => all(args).await,
         BenchCommand::Report(args) => {
             let rendered = report::render(&args.dir)?;
@@ -182,7 +245,7 @@ pub async fn bench(command: BenchCommand) -> anyhow::Result<ExitCode> {
     }
 }
 
-/// `tether bench all`: echo, QUIC and JMUX (with `--vs jetsocat`) in turn,
+/// `tether bench all`: echo, QUIC, JMUX (with `--vs jetsocat`) and load in turn,
 /// each one's JSON next to meta.json, then the report. A failed bench stops the run (its
 /// error names it); the JSON of the benches before it stays.
 async fn all(args: BenchAllArgs) -> anyhow::Result<ExitCode> {
@@ -215,6 +278,10 @@ async fn all(args: BenchAllArgs) -> anyhow::Result<ExitCode> {
         "tether bench jmux --json --vs jetsocat{jetsocat_arg}{quick}"
     ));
     report::write_json(dir, "jmux", &jmux)?;
+    let load = run_load(args.quick, None, None).await?;
+    meta.commands
+        .push(format!("tether bench load --json{quick}"));
+    report::write_json(dir, "load", &load)?;
     report::write_json(dir, "meta", &meta)?;
     let rendered = report::render(dir)?;
     outln!("{}", rendered.page.display());
@@ -248,6 +315,27 @@ async fn run_jmux(
     let progress = Progress::new("bench jmux", jb::PHASES.len() as u64);
     let p = progress.clone();
     let report = tokio::task::spawn_blocking(move || jb::run(&opts, &p)).await?;
+    progress.finish();
+    report
+}
+
+async fn run_load(
+    quick: bool,
+    connections: Option<usize>,
+    poll_all: Option<usize>,
+) -> anyhow::Result<tether_bench::load::Report> {
+    use tether_bench::load;
+    let mut opts = if quick {
+        load::Options::quick(connections)
+    } else {
+        load::Options::full(connections.unwrap_or(10_000))
+    };
+    if let Some(n) = poll_all {
+        opts.poll_all_connections = n;
+    }
+    let client = std::env::current_exe().context("the path of this tether binary")?;
+    let progress = Progress::new("bench load", 0);
+    let report = load::run(&opts, &client, &|phase| progress.phase(phase)).await;
     progress.finish();
     report
 }

@@ -127,6 +127,9 @@ pub struct HostArgs {
     /// (at least 1).
     #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..))]
     pub max_run_ms: u64,
+    /// Registrations one readiness set holds at most (at least 1).
+    #[arg(long, default_value_t = Limits::default().readiness_set_entries, value_parser = at_least_one_usize())]
+    pub readiness_set_entries: usize,
     #[command(flatten)]
     pub shutdown: ShutdownArgs,
 }
@@ -169,6 +172,7 @@ impl HostArgs {
                 max_memory_bytes: self.max_memory_mib << 20,
                 max_run_without_yield: Duration::from_millis(self.max_run_ms),
                 shutdown_timeout: self.shutdown.timeout(),
+                readiness_set_entries: self.readiness_set_entries,
                 ..Limits::default()
             },
         }

@@ -15,6 +15,7 @@ wasmtime::component::bindgen!({
         "tether:streams/tcp.byte-stream": crate::tcp::ByteStream,
         "tether:streams/tcp.future-byte-stream": crate::tcp::FutureByteStream,
         "tether:streams/tcp.byte-listener": crate::tcp::ByteListener,
+        "tether:streams/readiness.readiness-set": crate::readiness::ReadinessSet,
     },
     require_store_data_send: true,
 });

@@ -34,6 +34,10 @@ pub struct Limits {
     /// past it the host stops accepting (the kernel backlog pushes back).
     /// Default 64.
     pub accept_backlog: usize,
+    /// Registrations one readiness set (`tether:streams/readiness`) holds
+    /// at most; past it `register-*` fails with `invalid-argument`. Each
+    /// costs the host about 150 bytes. Default 65,536.
+    pub readiness_set_entries: usize,
     /// Deadline for DNS plus TCP connect. Default 10 s.
     pub connect_timeout: Duration,
     /// Deadline for the TLS and WebSocket handshakes, dialled or accepted,
@@ -66,6 +70,7 @@ impl Default for Limits {
             tcp_write_buffer_bytes: 256 << 10,
             tcp_read_chunk_bytes: 64 << 10,
             accept_backlog: 64,
+            readiness_set_entries: 1 << 16,
             connect_timeout: Duration::from_secs(10),
             handshake_timeout: Duration::from_secs(10),
             max_memory_bytes: 256 << 20,

@@ -39,6 +39,8 @@
 //! - `policy.rs`: the capability checks (deny by default);
 //! - `net.rs`: dialling and binding under the policy, TCP_NODELAY;
 //! - `ready.rs`: event-driven wake-ups (no periodic tick);
+//! - `readiness.rs`: readiness sets, a guest's O(1)-per-event wait on many
+//!   streams;
 //! - `config.rs`: every limit with its default and unit;
 //! - `runner.rs`: engines, stores, limits, running a guest.
 
@@ -51,6 +53,7 @@ pub mod config;
 pub mod net;
 pub mod p3;
 pub mod policy;
+pub mod readiness;
 pub mod ready;
 pub mod runner;
 mod shutdown;
@@ -214,12 +217,14 @@ impl HasData for HasTether {
 
 impl bindings::tether::streams::types::Host for TetherCtxView<'_> {}
 
-/// Adds the `tether:streams` interfaces (types, websocket, tcp) to `linker`.
+/// Adds the `tether:streams` interfaces (types, websocket, tcp, readiness)
+/// to `linker`.
 /// Add `wasmtime_wasi::p2::add_to_linker_async` as well: Tether's streams
 /// and pollables are `wasi:io` resources.
 pub fn add_to_linker<T: TetherView + 'static>(linker: &mut Linker<T>) -> wasmtime::Result<()> {
-    use bindings::tether::streams::{tcp, types, websocket};
+    use bindings::tether::streams::{readiness, tcp, types, websocket};
     types::add_to_linker::<T, HasTether>(linker, T::tether)?;
     websocket::add_to_linker::<T, HasTether>(linker, T::tether)?;
-    tcp::add_to_linker::<T, HasTether>(linker, T::tether)
+    tcp::add_to_linker::<T, HasTether>(linker, T::tether)?;
+    readiness::add_to_linker::<T, HasTether>(linker, T::tether)
 }

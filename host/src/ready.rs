@@ -13,8 +13,10 @@ use crate::bindings::ErrorCode;
 
 /// A condition variable for async tasks: waiters re-check their condition
 /// whenever the producer wakes them, so no wake-up is ever lost.
+/// It also carries the readiness-set registrations watching it
+/// ([`crate::readiness`]): a wake queues them on their sets.
 #[derive(Default, Debug)]
-pub struct Signal(Notify);
+pub struct Signal(Notify, crate::readiness::Watchers);
 
 impl Signal {
     /// Resolves once `cond()` is true; `cond` is re-checked after every
@@ -34,6 +36,12 @@ impl Signal {
     /// Wakes every current waiter so it re-checks its condition.
     pub fn wake(&self) {
         self.0.notify_waiters();
+        self.1.wake();
+    }
+
+    /// The readiness-set registrations watching this signal.
+    pub(crate) fn watchers(&self) -> &crate::readiness::Watchers {
+        &self.1
     }
 }
 

@@ -290,6 +290,15 @@ pub struct ByteStream {
     writer: Arc<Writer>,
     peer: SocketAddr,
     local: SocketAddr,
+    /// Readiness-set registrations on the input stream (`read`).
+    read_watchers: crate::readiness::Watchers,
+}
+
+impl Drop for ByteStream {
+    fn drop(&mut self) {
+        self.read_watchers.detach_all();
+        self.writer.progress.watchers().detach_all();
+    }
 }
 
 /// A connection handed to a guest: the `byte-stream` and its two `wasi:io`
@@ -323,6 +332,7 @@ pub fn open(stream: TcpStream, ctx: &HostCtx) -> Result<Connection, ErrorCode> {
             writer,
             peer,
             local,
+            read_watchers: Default::default(),
         },
         input,
         output,
@@ -330,6 +340,23 @@ pub fn open(stream: TcpStream, ctx: &HostCtx) -> Result<Connection, ErrorCode> {
 }
 
 impl ByteStream {
+    /// Where a readiness set watches `read` (the input stream has bytes or
+    /// its end) or `write` (`check-write` grants more than 0, or fails).
+    pub(crate) fn readiness(
+        &self,
+        interest: crate::readiness::Interest,
+    ) -> Option<crate::readiness::Source<'_>> {
+        use crate::readiness::{Interest, read_source, signal_source};
+        let w = &self.writer;
+        match interest {
+            Interest::Read => Some(read_source(&self.read_watchers, &w.stream)),
+            Interest::Write => Some(signal_source(&w.progress, w, |w| {
+                !matches!(w.permit(&w.lock()), Ok(0))
+            })),
+            _ => None,
+        }
+    }
+
     /// Half-closes once every written byte is sent.
     pub fn shutdown_send(&self) -> Result<(), ErrorCode> {
         self.writer.request_shutdown()
@@ -387,6 +414,7 @@ pub struct ByteListener {
 
 impl Drop for ByteListener {
     fn drop(&mut self) {
+        self.shared.accepted.watchers().detach_all();
         self.shared.stop_accepting();
     }
 }
@@ -415,6 +443,25 @@ async fn accept_loop(listener: tokio::net::TcpListener, shared: Arc<ListenerShar
 }
 
 impl ByteListener {
+    /// The bound address.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local
+    }
+
+    /// Where a readiness set watches `accept`.
+    pub(crate) fn readiness(
+        &self,
+        interest: crate::readiness::Interest,
+    ) -> Option<crate::readiness::Source<'_>> {
+        let s = &self.shared;
+        (interest == crate::readiness::Interest::Accept).then(|| {
+            crate::readiness::signal_source(&s.accepted, s, |s| {
+                let st = s.lock();
+                !st.ready.is_empty() || st.stopped
+            })
+        })
+    }
+
     /// Binds and starts accepting. Errors: see the WIT `listen`.
     pub fn bind(ctx: Arc<HostCtx>, address: &str) -> Result<ByteListener, ErrorCode> {
         let listener = net::bind(&ctx, address)?;

@@ -396,6 +396,21 @@ impl MessageStream {
         }
     }
 
+    /// Where a readiness set watches `interest` (`receive`, `send`): the
+    /// same conditions as `subscribe-receive` and `subscribe-send`.
+    pub(crate) fn readiness(
+        &self,
+        interest: crate::readiness::Interest,
+    ) -> Option<crate::readiness::Source<'_>> {
+        use crate::readiness::{Interest, signal_source};
+        let s = &self.shared;
+        match interest {
+            Interest::Receive => Some(signal_source(&s.readable, s, Shared::can_receive)),
+            Interest::Send => Some(signal_source(&s.writable, s, Shared::can_send)),
+            _ => None,
+        }
+    }
+
     /// Bytes waiting in the inbound and outbound queues (for tests and
     /// metrics).
     pub fn buffered(&self) -> (usize, usize) {
@@ -459,6 +474,8 @@ impl Drop for MessageStream {
     /// after the backlog, and its tasks end after the closing handshake (or
     /// the handshake timeout).
     fn drop(&mut self) {
+        self.shared.readable.watchers().detach_all();
+        self.shared.writable.watchers().detach_all();
         self.shared.queue_close(1000, "");
         // Bound the linger: a peer that never reads (so the backlog never
         // drains) or never answers the close must not keep the socket and
@@ -914,6 +931,7 @@ pub struct Listener {
 
 impl Drop for Listener {
     fn drop(&mut self) {
+        self.shared.accepted.watchers().detach_all();
         self.shared.stop_accepting();
     }
 }
@@ -1047,6 +1065,20 @@ impl Listener {
     /// The bound address.
     pub fn local_addr(&self) -> SocketAddr {
         self.local
+    }
+
+    /// Where a readiness set watches `accept`.
+    pub(crate) fn readiness(
+        &self,
+        interest: crate::readiness::Interest,
+    ) -> Option<crate::readiness::Source<'_>> {
+        let s = &self.shared;
+        (interest == crate::readiness::Interest::Accept).then(|| {
+            crate::readiness::signal_source(&s.accepted, s, |s| {
+                let st = s.lock();
+                !st.ready.is_empty() || st.stopped
+            })
+        })
     }
 
     /// Takes the next accepted stream, if any. Errors: `closed` once the

@@ -2,7 +2,8 @@
 //!
 //! ```text
 //! echo client URL [SUBPROTOCOL...]   echo every message until the peer closes
-//! echo server ADDR [MAX_CONNECTIONS] accept streams and echo them (0 = forever)
+//! echo server ADDR [MAX_CONNECTIONS] [poll-all]
+//!                                    accept streams and echo them (0 = forever)
 //! echo ping URL PHASE...             measure round trips against an echo server
 //! ```
 //!
@@ -14,27 +15,38 @@
 //!   prints `pipeline N SIZE ELAPSED_NS`
 //!
 //! The host's native baseline (`tether bench echo`) runs the same phases.
+//!
+//! `server` waits on one readiness set (`tether:streams/readiness`): a
+//! wake-up costs O(ready streams), not O(open streams). `poll-all` selects
+//! the old loop instead, which passes every stream's pollable to
+//! `wasi:io/poll` and pumps every stream on each wake-up (O(open streams)),
+//! kept so that `tether bench load` can show both in one run.
 
 use std::collections::VecDeque;
 use std::process::ExitCode;
 use std::time::Instant;
 
 use tether_guest_sdk::{
-    self as sdk, ErrorCode, ListenOptions, Message, MessageStream, Pollable, websocket,
+    self as sdk, ErrorCode, Interest, ListenOptions, Message, MessageStream, Pollable,
+    ReadinessSet, websocket,
 };
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().collect();
     let result = match args.get(1).map(String::as_str) {
         Some("client") if args.len() >= 3 => client(&args[2], &args[3..]),
-        Some("server") if args.len() >= 3 => server(
-            &args[2],
-            args.get(3).and_then(|n| n.parse().ok()).unwrap_or(0),
-        ),
+        Some("server") if args.len() >= 3 => {
+            let max = args.get(3).and_then(|n| n.parse().ok()).unwrap_or(0);
+            if args.get(4).is_some_and(|m| m == "poll-all") {
+                server_poll_all(&args[2], max)
+            } else {
+                server(&args[2], max)
+            }
+        }
         Some("ping") if args.len() >= 4 => ping(&args[2], &args[3..]),
         _ => {
             eprintln!(
-                "usage: echo client URL [SUBPROTOCOL...] | echo server ADDR [MAX_CONNECTIONS] | echo ping URL PHASE..."
+                "usage: echo client URL [SUBPROTOCOL...] | echo server ADDR [MAX_CONNECTIONS] [poll-all] | echo ping URL PHASE..."
             );
             return ExitCode::from(2);
         }
@@ -88,6 +100,77 @@ fn len(m: &Message) -> usize {
     }
 }
 
+/// The readiness-set key of the listener; streams use their slot index.
+const LISTENER_KEY: u64 = u64::MAX;
+
+/// A stream being echoed: messages received but not sent yet wait in
+/// `pending` while the outbound buffer is full.
+struct Echoing {
+    stream: MessageStream,
+    pending: VecDeque<Message>,
+}
+
+/// Echo server on one readiness set: the listener under
+/// [`LISTENER_KEY`], each stream under its slot. A stream is registered
+/// for `receive` while it has nothing pending, and for `send` instead while
+/// its outbound buffer is full (so a stalled peer is not read from).
+fn server(addr: &str, max_connections: u64) -> Result<(), ErrorCode> {
+    let listener = websocket::listen(
+        addr,
+        &ListenOptions {
+            subprotocols: Vec::new(),
+        },
+    )?;
+    eprintln!("echo: listening on {}", listener.local_address());
+    let set = ReadinessSet::new();
+    set.register_listener(&listener, Interest::Accept, LISTENER_KEY)?;
+    let ready = set.subscribe();
+    let mut slots: Vec<Option<Echoing>> = Vec::new();
+    let mut free: Vec<usize> = Vec::new();
+    let mut finished = 0u64;
+    while max_connections == 0 || finished < max_connections {
+        for (key, _) in sdk::wait_ready(&set, &ready, 256) {
+            if key == LISTENER_KEY {
+                while let Some(stream) = listener.accept()? {
+                    let slot = free.pop().unwrap_or_else(|| {
+                        slots.push(None);
+                        slots.len() - 1
+                    });
+                    set.register_message_stream(&stream, Interest::Receive, slot as u64)?;
+                    slots[slot] = Some(Echoing {
+                        stream,
+                        pending: VecDeque::new(),
+                    });
+                }
+                continue;
+            }
+            let slot = key as usize;
+            let Some(c) = slots.get_mut(slot).and_then(Option::as_mut) else {
+                continue;
+            };
+            let was_blocked = !c.pending.is_empty();
+            if !pump(&c.stream, &mut c.pending) {
+                // Dropping the stream removes its registrations.
+                slots[slot] = None;
+                free.push(slot);
+                finished += 1;
+                continue;
+            }
+            let blocked = !c.pending.is_empty();
+            if blocked != was_blocked {
+                let (on, off) = if blocked {
+                    (Interest::Send, Interest::Receive)
+                } else {
+                    (Interest::Receive, Interest::Send)
+                };
+                set.deregister(key, off);
+                set.register_message_stream(&c.stream, on, key)?;
+            }
+        }
+    }
+    Ok(())
+}
+
 struct Conn {
     stream: MessageStream,
     rx: Pollable,
@@ -95,7 +178,9 @@ struct Conn {
     pending: VecDeque<Message>,
 }
 
-fn server(addr: &str, max_connections: u64) -> Result<(), ErrorCode> {
+/// The loop before readiness sets: every stream's pollable in every `poll`
+/// call and every stream pumped on every wake-up, O(open streams) each.
+fn server_poll_all(addr: &str, max_connections: u64) -> Result<(), ErrorCode> {
     let listener = websocket::listen(
         addr,
         &ListenOptions {
@@ -122,7 +207,7 @@ fn server(addr: &str, max_connections: u64) -> Result<(), ErrorCode> {
             });
         }
         conns.retain_mut(|c| {
-            let alive = pump(c);
+            let alive = pump(&c.stream, &mut c.pending);
             if !alive {
                 finished += 1;
             }
@@ -134,19 +219,19 @@ fn server(addr: &str, max_connections: u64) -> Result<(), ErrorCode> {
 
 /// Moves what is ready through one connection without blocking. Returns
 /// false once the connection is over.
-fn pump(c: &mut Conn) -> bool {
+fn pump(stream: &MessageStream, pending: &mut VecDeque<Message>) -> bool {
     loop {
-        while let Some(m) = c.pending.front() {
-            match c.stream.send(m) {
+        while let Some(m) = pending.front() {
+            match stream.send(m) {
                 Ok(()) => {
-                    c.pending.pop_front();
+                    pending.pop_front();
                 }
                 Err(ErrorCode::WouldBlock) => return true,
                 Err(_) => return false,
             }
         }
-        match c.stream.receive() {
-            Ok(Some(m)) => c.pending.push_back(m),
+        match stream.receive() {
+            Ok(Some(m)) => pending.push_back(m),
             Ok(None) => return true,
             Err(_) => return false,
         }

@@ -11,6 +11,7 @@ wit_bindgen::generate!({
     generate_all,
 });
 
+pub use tether::streams::readiness::{Interest, ReadinessSet};
 pub use tether::streams::tcp;
 pub use tether::streams::types::ErrorCode;
 pub use tether::streams::websocket::{
@@ -147,4 +148,37 @@ pub fn write_all(output: &OutputStream, mut bytes: &[u8]) -> Result<(), StreamEr
         bytes = &bytes[n..];
     }
     Ok(())
+}
+
+/// Takes up to `max` ready registrations from `set`, blocking the guest
+/// until there is at least one. `ready` is the set's `subscribe` pollable
+/// (create it once). O(returned) per call, however many registrations the
+/// set holds.
+pub fn wait_ready(set: &ReadinessSet, ready: &Pollable, max: u32) -> Vec<(u64, Interest)> {
+    loop {
+        let events = set.take_ready(max);
+        if !events.is_empty() {
+            return events;
+        }
+        ready.block();
+    }
+}
+
+/// Like [`wait_ready`], but gives up at `deadline` (monotonic clock,
+/// nanoseconds): returns an empty list then. The set's pollable and one
+/// clock pollable are the only two in the `poll` call.
+pub fn wait_ready_until(
+    set: &ReadinessSet,
+    ready: &Pollable,
+    max: u32,
+    deadline: u64,
+) -> Vec<(u64, Interest)> {
+    loop {
+        let events = set.take_ready(max);
+        if !events.is_empty() || monotonic_clock::now() >= deadline {
+            return events;
+        }
+        let timer = monotonic_clock::subscribe_instant(deadline);
+        poll(&[ready, &timer]);
+    }
 }

@@ -8,5 +8,6 @@ mod limits;
 mod policy;
 mod quic;
 mod shutdown;
+mod readiness;
 mod tcp;
 mod websocket;

@@ -1,0 +1,267 @@
+//! Readiness sets (`tether:streams/readiness`): level-triggered reports of
+//! only what is ready, registrations that die with their resource, the
+//! per-set limit, and a server guest whose wake-up cost does not grow with
+//! the number of open streams.
+
+use std::time::{Duration, Instant};
+
+use futures_util::{SinkExt, StreamExt};
+use tether_host::bindings::tether::streams::websocket::ListenOptions;
+use tether_host::readiness::{Interest, ReadinessSet};
+use tether_host::websocket::Listener;
+use tether_host::{ErrorCode, HostCtx};
+use tokio_tungstenite::tungstenite::Message;
+use wasmtime_wasi::p2::InputStream;
+
+use crate::common::*;
+
+/// Waits (5 s deadline) until `set` has a ready entry.
+async fn wait(set: &ReadinessSet) {
+    tokio::time::timeout(Duration::from_secs(5), set.wait())
+        .await
+        .expect("the readiness set never became ready");
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn message_streams_and_listeners_are_level_triggered_and_forgotten_on_drop() {
+    let host = HostCtx::new(local_config()).unwrap();
+    let options = ListenOptions {
+        subprotocols: Vec::new(),
+    };
+    let listener = Listener::bind(host.clone(), "127.0.0.1:0", options).unwrap();
+    let addr = listener.local_addr();
+    let set = ReadinessSet::new(4);
+    set.register_listener(&listener, Interest::Accept, 100)
+        .unwrap();
+    assert_eq!(set.take_ready(8), vec![], "nothing accepted yet");
+
+    let (mut client, _) = tokio_tungstenite::connect_async(format!("ws://{addr}/"))
+        .await
+        .unwrap();
+    wait(&set).await;
+    assert_eq!(set.take_ready(8), vec![(100, Interest::Accept)]);
+    assert_eq!(
+        set.take_ready(8),
+        vec![(100, Interest::Accept)],
+        "level-triggered: reported again until the stream is accepted"
+    );
+    let stream = listener.accept().expect("an accepted stream");
+    assert_eq!(set.take_ready(8), vec![], "accepted: no longer ready");
+
+    set.register_message_stream(&stream, Interest::Receive, 1)
+        .unwrap();
+    set.register_message_stream(&stream, Interest::Send, 2)
+        .unwrap();
+    assert_eq!(
+        set.take_ready(8),
+        vec![(2, Interest::Send)],
+        "an empty outbound buffer is ready at registration; nothing to receive"
+    );
+    assert!(set.deregister(2, Interest::Send));
+    assert!(!set.deregister(2, Interest::Send), "already gone");
+    assert_eq!(
+        set.take_ready(8),
+        vec![],
+        "a deregistered key is never reported"
+    );
+
+    client.send(Message::Text("a".into())).await.unwrap();
+    wait(&set).await;
+    assert_eq!(set.take_ready(8), vec![(1, Interest::Receive)]);
+    assert_eq!(
+        set.take_ready(8),
+        vec![(1, Interest::Receive)],
+        "level-triggered: still there until received"
+    );
+    assert!(matches!(stream.receive(), Ok(Some(_))));
+    assert_eq!(set.take_ready(8), vec![], "received: no longer ready");
+
+    // The limit: 2 registrations now, 4 at most.
+    set.register_message_stream(&stream, Interest::Receive, 3)
+        .unwrap();
+    set.register_message_stream(&stream, Interest::Receive, 4)
+        .unwrap();
+    assert!(
+        matches!(
+            set.register_message_stream(&stream, Interest::Receive, 5),
+            Err(ErrorCode::InvalidArgument(m)) if m.contains("at most 4")
+        ),
+        "a full set refuses a new registration"
+    );
+    set.register_message_stream(&stream, Interest::Receive, 4)
+        .expect("replacing a registration needs no room");
+    assert!(matches!(
+        set.register_message_stream(&stream, Interest::Accept, 1),
+        Err(ErrorCode::InvalidArgument(m)) if m.contains("does not apply")
+    ));
+    assert_eq!(set.len(), 4);
+
+    // `max` bounds one call; the rest come first in the next one.
+    client.send(Message::Text("b".into())).await.unwrap();
+    wait(&set).await;
+    let first = set.take_ready(2);
+    assert_eq!(first.len(), 2, "{first:?}");
+    let mut all: Vec<u64> = set.take_ready(8).iter().map(|(k, _)| *k).collect();
+    let not_first = all.iter().find(|k| !first.iter().any(|(f, _)| f == *k));
+    assert_eq!(all[0], *not_first.unwrap(), "the one left over comes first");
+    all.sort();
+    assert_eq!(all, vec![1, 3, 4], "each ready registration once");
+
+    // Dropping the stream removes its registrations; its keys are never
+    // reported again.
+    drop(stream);
+    assert_eq!(set.len(), 1, "only the listener is left");
+    client.send(Message::Text("c".into())).await.ok();
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert_eq!(set.take_ready(8), vec![]);
+    drop(listener);
+    assert_eq!(set.len(), 0, "the listener's registration went with it");
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn byte_streams_and_byte_listeners_report_read_write_and_accept() {
+    use tokio::io::AsyncWriteExt;
+    let host = HostCtx::new(local_config()).unwrap();
+    let listener = tether_host::tcp::ByteListener::bind(host.clone(), "127.0.0.1:0").unwrap();
+    let set = ReadinessSet::new(16);
+    set.register_byte_listener(&listener, Interest::Accept, 9)
+        .unwrap();
+    let addr = listener.local_addr();
+    let _client = tokio::net::TcpStream::connect(addr).await.unwrap();
+    wait(&set).await;
+    assert_eq!(set.take_ready(8), vec![(9, Interest::Accept)]);
+    drop(listener);
+    assert_eq!(set.len(), 0);
+
+    // A byte stream over a connection to a plain peer.
+    let peer_listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let tcp = tokio::net::TcpStream::connect(peer_listener.local_addr().unwrap())
+        .await
+        .unwrap();
+    let (mut peer, _) = peer_listener.accept().await.unwrap();
+    let (stream, mut input, _output) = tether_host::tcp::open(tcp, &host).unwrap();
+    set.register_byte_stream(&stream, Interest::Read, 7)
+        .unwrap();
+    set.register_byte_stream(&stream, Interest::Write, 8)
+        .unwrap();
+    assert_eq!(
+        set.take_ready(8),
+        vec![(8, Interest::Write)],
+        "an empty output buffer is ready at registration"
+    );
+    assert!(set.deregister(8, Interest::Write));
+    peer.write_all(b"xyz").await.unwrap();
+    wait(&set).await;
+    assert_eq!(set.take_ready(8), vec![(7, Interest::Read)]);
+    assert_eq!(
+        set.take_ready(8),
+        vec![(7, Interest::Read)],
+        "level-triggered: still readable"
+    );
+    assert_eq!(&input.read(64).unwrap()[..], b"xyz");
+    // The socket is known to be drained only once a read would block.
+    assert!(input.read(64).unwrap().is_empty());
+    assert_eq!(set.take_ready(8), vec![], "drained: no longer ready");
+    peer.write_all(b"again").await.unwrap();
+    wait(&set).await;
+    assert_eq!(set.take_ready(8), vec![(7, Interest::Read)], "woken again");
+    drop(stream);
+    assert_eq!(set.len(), 0, "the byte stream's registrations went with it");
+}
+
+/// Round trips of 32 B on `conns[i]` for `n` pseudo-random `i`, ns each.
+async fn round_trips(
+    conns: &mut [tokio_tungstenite::WebSocketStream<
+        tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>,
+    >],
+    n: usize,
+) -> Vec<u64> {
+    let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+    let mut samples = Vec::with_capacity(n);
+    for _ in 0..n {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        let ws = &mut conns[(seed % conns.len() as u64) as usize];
+        let t0 = Instant::now();
+        ws.send(Message::Binary(vec![7u8; 32].into()))
+            .await
+            .unwrap();
+        let echo = ws.next().await.unwrap().unwrap();
+        samples.push(t0.elapsed().as_nanos() as u64);
+        assert_eq!(echo.len(), 32);
+    }
+    samples
+}
+
+fn median(mut v: Vec<u64>) -> u64 {
+    v.sort_unstable();
+    v[v.len() / 2]
+}
+
+/// Opens 1 connection, times round trips, opens `IDLE` more and times
+/// round trips on random ones, against the echo guest's server mode with
+/// `extra` arguments. Returns (single p50, loaded p50) in ns.
+async fn echo_server_p50s(extra: &[&str]) -> (u64, u64) {
+    const IDLE: usize = 1500;
+    let runner = runner(local_config());
+    let listen = format!("127.0.0.1:{}", closed_port());
+    let total = (IDLE + 1).to_string();
+    let mut args = vec!["server", &listen, &total];
+    args.extend(extra);
+    let guest = echo(&runner, &args);
+    let url = format!("ws://{listen}/");
+    let clients = peer_runtime().spawn(async move {
+        let connect = || async {
+            for _ in 0..200 {
+                if let Ok((ws, _)) = tokio_tungstenite::connect_async(&url).await {
+                    return ws;
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            panic!("the echo guest never accepted a connection at {url}");
+        };
+        let mut conns = vec![connect().await];
+        round_trips(&mut conns, 50).await;
+        let single = median(round_trips(&mut conns, 300).await);
+        // 64 handshakes in flight at most: under the accept backlog.
+        let more = futures_util::stream::iter(0..IDLE)
+            .map(|_| connect())
+            .buffer_unordered(64)
+            .collect::<Vec<_>>()
+            .await;
+        conns.extend(more);
+        round_trips(&mut conns, 50).await;
+        let loaded = median(round_trips(&mut conns, 300).await);
+        // Dropped without a close frame: the guest sees each one end.
+        drop(conns);
+        (single, loaded)
+    });
+    let (out, p50s) = tokio::time::timeout(Duration::from_secs(120), async {
+        tokio::join!(guest, clients)
+    })
+    .await
+    .expect("the scale run took over 120 s");
+    assert!(out.success(), "{}", show(&out));
+    p50s.unwrap()
+}
+
+/// The echo guest's server on a readiness set: with 1,500 idle streams
+/// open, a round trip on one of them costs what it costs with one stream
+/// open. The old loop (`poll-all`: every stream's pollable in every
+/// `poll`, every stream pumped per wake-up) fails this at ~20x.
+#[tokio::test(flavor = "current_thread")]
+async fn a_server_guest_wake_up_does_not_cost_o_open_streams() {
+    let mode: Vec<&str> = match std::env::var("TETHER_ECHO_SERVER_MODE") {
+        Ok(m) if m == "poll-all" => vec!["poll-all"],
+        _ => vec![],
+    };
+    let (single, loaded) = echo_server_p50s(&mode).await;
+    let floor = single.max(100_000);
+    assert!(
+        loaded <= 3 * floor,
+        "round trip p50 {} us with 1,501 streams open vs {} us with 1 (mode {mode:?})",
+        loaded / 1000,
+        single / 1000
+    );
+}
