@@ -28,14 +28,14 @@ use tokio_tungstenite::tungstenite::protocol::frame::CloseFrame;
 use tokio_tungstenite::tungstenite::{self, Message as WsMessage};
 use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 use wasmtime::component::Resource;
-use wasmtime_wasi::p2::{DynPollable, Pollable, subscribe};
+use wasmtime_wasi::p2::{DynPollable, Pollable};
 
 use crate::bindings::ErrorCode;
 use crate::bindings::tether::streams::websocket::{
     self as wit, CloseInfo, ConnectOptions, ListenOptions, Message,
 };
 use crate::config::Limits;
-use crate::ready::{Pending, Signal};
+use crate::ready::{Pending, Signal, pollable};
 use crate::{HostCtx, TetherCtxView, net};
 
 /// Sends written straight to the socket between two guest yields; later
@@ -88,6 +88,9 @@ struct State {
     close_info: Option<CloseInfo>,
     /// tungstenite holds bytes the writer task still has to flush.
     flush_pending: bool,
+    /// The guest dropped the `message-stream`: its pollables are ready
+    /// (the drop rule in `wit/tether.wit`).
+    dropped: bool,
     /// The close frame was written and flushed to the socket.
     close_sent: bool,
     /// A send since the writer task last ran went straight to the socket.
@@ -143,7 +146,7 @@ impl Shared {
 
     fn can_receive(&self) -> bool {
         let st = self.lock();
-        !st.inbound.is_empty() || st.read_end.is_some()
+        !st.inbound.is_empty() || st.read_end.is_some() || st.dropped
     }
 
     fn can_send(&self) -> bool {
@@ -153,6 +156,7 @@ impl Shared {
             || st.close_queued
             || st.read_end.is_some()
             || st.write_error.is_some()
+            || st.dropped
     }
 }
 
@@ -450,6 +454,9 @@ impl Drop for MessageStream {
     /// the handshake timeout).
     fn drop(&mut self) {
         self.shared.queue_close(1000, "");
+        self.shared.lock().dropped = true;
+        self.shared.readable.wake();
+        self.shared.writable.wake();
         // Bound the linger: a peer that never reads (so the backlog never
         // drains) or never answers the close must not keep the socket and
         // both tasks alive after the guest let go.
@@ -853,6 +860,8 @@ pub async fn dial(
 struct ListenerState {
     ready: VecDeque<MessageStream>,
     in_handshake: usize,
+    /// The guest dropped the `listener`: its pollable is ready.
+    closed: bool,
 }
 
 struct ListenerShared {
@@ -876,8 +885,17 @@ pub struct Listener {
 }
 
 impl Drop for Listener {
+    /// Stops accepting, closes the streams nobody accepted and makes the
+    /// listener's pollables ready (they may outlive it).
     fn drop(&mut self) {
         self.task.abort();
+        let unaccepted = {
+            let mut st = self.shared.lock();
+            st.closed = true;
+            std::mem::take(&mut st.ready)
+        };
+        drop(unaccepted);
+        self.shared.accepted.wake();
     }
 }
 
@@ -1030,21 +1048,16 @@ impl Pollable for AcceptReady {
         let shared = &self.0;
         shared
             .accepted
-            .wait_until(|| !shared.lock().ready.is_empty())
+            .wait_until(|| {
+                let st = shared.lock();
+                !st.ready.is_empty() || st.closed
+            })
             .await;
     }
 }
 
 /// The `future-message-stream` resource.
 pub type FutureMessageStream = Pending<MessageStream>;
-
-fn pollable<T: Pollable>(
-    table: &mut wasmtime::component::ResourceTable,
-    p: T,
-) -> wasmtime::Result<Resource<DynPollable>> {
-    let r = table.push(p)?;
-    subscribe(table, r)
-}
 
 impl wit::Host for TetherCtxView<'_> {
     fn connect(
@@ -1144,10 +1157,8 @@ impl wit::HostFutureMessageStream for TetherCtxView<'_> {
         &mut self,
         this: Resource<FutureMessageStream>,
     ) -> wasmtime::Result<Resource<DynPollable>> {
-        subscribe(
-            self.table,
-            Resource::<FutureMessageStream>::new_borrow(this.rep()),
-        )
+        let ready = self.table.get(&this)?.pollable();
+        pollable(self.table, ready)
     }
 
     fn get(
