@@ -347,7 +347,7 @@ fn fail_holding(url: &str, how: &str) -> Result<(), ErrorCode> {
     println!("ok connected");
     match how {
         // No destructors run: the stream is still held when the guest ends.
-        "exit" => std::process::exit(3),
+        "exit" => std::process::exit(3), // wasi:cli/exit reports it as exit(err): status 1
         "trap" => core::arch::wasm32::unreachable(),
         "memory" => {
             let mut keep = Vec::new();

@@ -88,7 +88,7 @@ where
     Fut: Future<Output = T>,
 {
     let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
+    let thread = std::thread::spawn(move || {
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
@@ -97,7 +97,12 @@ where
     });
     match rx.recv_timeout(deadline) {
         Ok(v) => v,
-        Err(_) => {
+        // The test panicked: fail with its message.
+        Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => match thread.join() {
+            Err(panic) => std::panic::resume_unwind(panic),
+            Ok(()) => unreachable!("the thread sends before it ends"),
+        },
+        Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
             panic!("not done within {deadline:?} (a guest that never yields was not stopped?)")
         }
     }
