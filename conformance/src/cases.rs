@@ -95,6 +95,7 @@ pub const CATEGORIES: &[&str] = &[
     "listener",
     "limits",
     "wake-ups",
+    "drop",
 ];
 
 /// Every case, grouped by category.
@@ -174,6 +175,14 @@ pub const CASES: &[Case] = &[
     case("wake-ups.first-message-under-1ms"),
     case("wake-ups.no-periodic-while-idle"),
     case("wake-ups.send-ready-wakes-once-room"),
+    case("drop.message-stream"),
+    case("drop.listener"),
+    case("drop.future-message-stream"),
+    case("drop.byte-stream"),
+    case("drop.input-stream"),
+    case("drop.output-stream"),
+    case("drop.byte-listener"),
+    case("drop.future-byte-stream"),
 ];
 
 /// Looks a case up by name.

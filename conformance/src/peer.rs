@@ -36,7 +36,7 @@
 //!   `/observed` [token]: sends the recorded code as text.
 //!
 //! TCP listeners: `tcp_echo` (echo, then half-close on EOF), `tcp_sink`
-//! (reads slowly, checks byte i = i % 251, answers `received N ok|bad\n`
+//! (64 KiB receive buffer, reads slowly, checks byte i = i % 251, answers `received N ok|bad\n`
 //! after EOF), `tcp_reset` (accepts, then resets at once).
 
 use std::collections::HashMap;
@@ -113,6 +113,9 @@ impl Peer {
         let state: Observed = Arc::default();
         let (ws, wss, wss_other_ca) = (bind()?, bind()?, bind()?);
         let (tcp_echo, tcp_sink, tcp_reset) = (bind()?, bind()?, bind()?);
+        // A small, fixed receive buffer (no autotuning): the sink really
+        // pushes back, so a writer sees check-write reach 0.
+        socket2::SockRef::from(&tcp_sink).set_recv_buffer_size(64 << 10)?;
         let closed_port = bind()?.local_addr()?.port();
         let mut peer = Peer {
             ws: ws.local_addr()?,

@@ -91,6 +91,7 @@ pub struct HostCtx {
 pub struct Stats {
     buffered: std::sync::atomic::AtomicUsize,
     peak_buffered: std::sync::atomic::AtomicUsize,
+    peak_tcp_queued: std::sync::atomic::AtomicUsize,
 }
 
 impl Stats {
@@ -114,6 +115,20 @@ impl Stats {
     pub(crate) fn sub_buffered(&self, n: usize) {
         self.buffered
             .fetch_sub(n, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// The most bytes ever queued in one TCP output stream's write buffer
+    /// (written by the guest, not yet taken by the kernel); at most
+    /// `tcp_write_buffer_bytes`.
+    pub fn peak_tcp_queued_bytes(&self) -> usize {
+        self.peak_tcp_queued
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Records that one TCP output stream now queues `queued` bytes.
+    pub(crate) fn tcp_queued(&self, queued: usize) {
+        self.peak_tcp_queued
+            .fetch_max(queued, std::sync::atomic::Ordering::Relaxed);
     }
 }
 
@@ -159,6 +174,9 @@ pub struct TetherCtx {
     /// The message streams handed to this guest (weak: the guest owns
     /// them), so that [`TetherCtx::fail_streams`] can reach them.
     streams: Vec<websocket::StreamHandle>,
+    /// Table entries of `wasi:io` streams dropped before their pollables
+    /// (see the drop rule in `ready.rs`), deleted once those are gone.
+    orphans: Vec<ready::Orphan>,
 }
 
 impl TetherCtx {
@@ -167,6 +185,7 @@ impl TetherCtx {
         TetherCtx {
             host,
             streams: Vec::new(),
+            orphans: Vec::new(),
         }
     }
 
@@ -217,14 +236,20 @@ impl HasData for HasTether {
 
 impl bindings::tether::streams::types::Host for TetherCtxView<'_> {}
 
-/// Adds the `tether:streams` interfaces (types, websocket, tcp, readiness)
-/// to `linker`.
-/// Add `wasmtime_wasi::p2::add_to_linker_async` as well: Tether's streams
-/// and pollables are `wasi:io` resources.
+/// Adds the `tether:streams` interfaces (types, websocket, tcp,
+/// readiness) to `linker`.
+/// Call `wasmtime_wasi::p2::add_to_linker_async` first: Tether's streams
+/// and pollables are `wasi:io` resources, and this replaces the drop of
+/// `wasi:io` input and output streams with Tether's drop rule (a stream
+/// dropped before its pollables leaves them ready, not a trap; see
+/// `wit/tether.wit`).
+///
+/// Errors: `wasi:io/streams` is not in `linker` yet.
 pub fn add_to_linker<T: TetherView + 'static>(linker: &mut Linker<T>) -> wasmtime::Result<()> {
     use bindings::tether::streams::{readiness, tcp, types, websocket};
     types::add_to_linker::<T, HasTether>(linker, T::tether)?;
     websocket::add_to_linker::<T, HasTether>(linker, T::tether)?;
     tcp::add_to_linker::<T, HasTether>(linker, T::tether)?;
-    readiness::add_to_linker::<T, HasTether>(linker, T::tether)
+    readiness::add_to_linker::<T, HasTether>(linker, T::tether)?;
+    ready::add_stream_drops_to_linker(linker)
 }

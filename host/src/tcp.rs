@@ -17,12 +17,12 @@ use tokio::task::AbortHandle;
 use wasmtime::component::Resource;
 use wasmtime_wasi::p2::{
     DynInputStream, DynOutputStream, DynPollable, InputStream, OutputStream, Pollable, StreamError,
-    StreamResult, subscribe,
+    StreamResult,
 };
 
 use crate::bindings::ErrorCode;
 use crate::bindings::tether::streams::tcp as wit;
-use crate::ready::{Pending, Signal};
+use crate::ready::{Pending, Signal, pollable};
 use crate::{HostCtx, TetherCtxView, net};
 
 #[derive(Default)]
@@ -40,6 +40,7 @@ struct WriteState {
 
 struct Writer {
     stream: Arc<TcpStream>,
+    stats: Arc<crate::Stats>,
     state: Mutex<WriteState>,
     limit: usize,
     /// Writer task: bytes queued, shutdown requested or stream dropped.
@@ -200,6 +201,7 @@ impl OutputStream for TcpOutput {
         }
         if !rest.is_empty() {
             st.queued += rest.len();
+            w.stats.tcp_queued(st.queued);
             st.queue.push_back(rest);
             drop(st);
             w.work.wake();
@@ -278,9 +280,33 @@ impl InputStream for TcpInput {
 
 #[async_trait::async_trait]
 impl Pollable for TcpInput {
+    /// Ready once `read` returns at least one byte, EOF or an error: never
+    /// for an empty read. tokio's readiness is cleared only by a
+    /// `WouldBlock`, so after a read that drained the socket it still says
+    /// "readable"; a one-byte `MSG_PEEK` checks, and its `WouldBlock` clears
+    /// the stale readiness before waiting again.
     async fn ready(&mut self) {
-        if !self.closed {
-            let _ = self.stream.readable().await;
+        if self.closed {
+            return;
+        }
+        loop {
+            if self.stream.readable().await.is_err() {
+                return; // the read reports the error
+            }
+            let mut probe = [std::mem::MaybeUninit::<u8>::uninit(); 1];
+            let sock = socket2::SockRef::from(&*self.stream);
+            match self
+                .stream
+                .try_io(tokio::io::Interest::READABLE, || sock.peek(&mut probe))
+            {
+                // One byte or more (n > 0), or EOF (n == 0).
+                Ok(_) => return,
+                Err(e)
+                    if e.kind() == io::ErrorKind::WouldBlock
+                        || e.kind() == io::ErrorKind::Interrupted => {}
+                // A socket error: the next read reports it.
+                Err(_) => return,
+            }
         }
     }
 }
@@ -314,6 +340,7 @@ pub fn open(stream: TcpStream, ctx: &HostCtx) -> Result<Connection, ErrorCode> {
     let limits = &ctx.config.limits;
     let writer = Arc::new(Writer {
         stream: stream.clone(),
+        stats: ctx.stats.clone(),
         state: Mutex::new(WriteState::default()),
         limit: limits.tcp_write_buffer_bytes.max(1),
         work: Signal::default(),
@@ -372,6 +399,8 @@ struct ListenerState {
     /// The host shut down: no more accepting; `accept` returns `closed`
     /// once `ready` is empty.
     stopped: bool,
+    /// The guest dropped the `byte-listener`: its pollable is ready.
+    closed: bool,
 }
 
 struct ListenerShared {
@@ -413,9 +442,18 @@ pub struct ByteListener {
 }
 
 impl Drop for ByteListener {
+    /// Stops accepting, closes the connections nobody accepted and makes
+    /// the listener's pollables ready (they may outlive it).
     fn drop(&mut self) {
         self.shared.accepted.watchers().detach_all();
         self.shared.stop_accepting();
+        let unaccepted = {
+            let mut st = self.shared.lock();
+            st.closed = true;
+            std::mem::take(&mut st.ready)
+        };
+        drop(unaccepted);
+        self.shared.accepted.wake();
     }
 }
 
@@ -490,7 +528,7 @@ impl Pollable for AcceptReady {
             .accepted
             .wait_until(|| {
                 let st = shared.lock();
-                !st.ready.is_empty() || st.stopped
+                !st.ready.is_empty() || st.stopped || st.closed
             })
             .await;
     }
@@ -568,10 +606,8 @@ impl wit::HostFutureByteStream for TetherCtxView<'_> {
         &mut self,
         this: Resource<FutureByteStream>,
     ) -> wasmtime::Result<Resource<DynPollable>> {
-        subscribe(
-            self.table,
-            Resource::<FutureByteStream>::new_borrow(this.rep()),
-        )
+        let ready = self.table.get(&this)?.pollable();
+        pollable(self.table, ready)
     }
 
     fn get(
@@ -629,8 +665,7 @@ impl wit::HostByteListener for TetherCtxView<'_> {
         this: Resource<ByteListener>,
     ) -> wasmtime::Result<Resource<DynPollable>> {
         let shared = self.table.get(&this)?.shared.clone();
-        let r = self.table.push(AcceptReady(shared))?;
-        subscribe(self.table, r)
+        pollable(self.table, AcceptReady(shared))
     }
 
     fn drop(&mut self, this: Resource<ByteListener>) -> wasmtime::Result<()> {

@@ -28,14 +28,14 @@ use tokio_tungstenite::tungstenite::protocol::frame::CloseFrame;
 use tokio_tungstenite::tungstenite::{self, Message as WsMessage};
 use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 use wasmtime::component::Resource;
-use wasmtime_wasi::p2::{DynPollable, Pollable, subscribe};
+use wasmtime_wasi::p2::{DynPollable, Pollable};
 
 use crate::bindings::ErrorCode;
 use crate::bindings::tether::streams::websocket::{
     self as wit, CloseInfo, ConnectOptions, ListenOptions, Message,
 };
 use crate::config::Limits;
-use crate::ready::{Pending, Signal};
+use crate::ready::{Pending, Signal, pollable};
 use crate::{HostCtx, TetherCtxView, net};
 
 /// Sends written straight to the socket between two guest yields; later
@@ -91,6 +91,9 @@ struct State {
     close_info: Option<CloseInfo>,
     /// tungstenite holds bytes the writer task still has to flush.
     flush_pending: bool,
+    /// The guest dropped the `message-stream`: its pollables are ready
+    /// (the drop rule in `wit/tether.wit`).
+    dropped: bool,
     /// The close frame was written and flushed to the socket.
     close_sent: bool,
     /// A send since the writer task last ran went straight to the socket.
@@ -146,7 +149,7 @@ impl Shared {
 
     fn can_receive(&self) -> bool {
         let st = self.lock();
-        !st.inbound.is_empty() || st.read_end.is_some()
+        !st.inbound.is_empty() || st.read_end.is_some() || st.dropped
     }
 
     fn can_send(&self) -> bool {
@@ -156,6 +159,7 @@ impl Shared {
             || st.close_queued
             || st.read_end.is_some()
             || st.write_error.is_some()
+            || st.dropped
     }
 }
 
@@ -477,6 +481,9 @@ impl Drop for MessageStream {
         self.shared.readable.watchers().detach_all();
         self.shared.writable.watchers().detach_all();
         self.shared.queue_close(1000, "");
+        self.shared.lock().dropped = true;
+        self.shared.readable.wake();
+        self.shared.writable.wake();
         // Bound the linger: a peer that never reads (so the backlog never
         // drains) or never answers the close must not keep the socket and
         // both tasks alive after the guest let go.
@@ -890,6 +897,8 @@ struct ListenerState {
     /// The host shut down: no more accepting; `accept` returns `closed`
     /// once `ready` is empty.
     stopped: bool,
+    /// The guest dropped the `listener`: its pollable is ready.
+    closed: bool,
 }
 
 struct ListenerShared {
@@ -930,9 +939,18 @@ pub struct Listener {
 }
 
 impl Drop for Listener {
+    /// Stops accepting, closes the streams nobody accepted and makes the
+    /// listener's pollables ready (they may outlive it).
     fn drop(&mut self) {
         self.shared.accepted.watchers().detach_all();
         self.shared.stop_accepting();
+        let unaccepted = {
+            let mut st = self.shared.lock();
+            st.closed = true;
+            std::mem::take(&mut st.ready)
+        };
+        drop(unaccepted);
+        self.shared.accepted.wake();
     }
 }
 
@@ -1109,7 +1127,7 @@ impl Pollable for AcceptReady {
             .accepted
             .wait_until(|| {
                 let st = shared.lock();
-                !st.ready.is_empty() || st.stopped
+                !st.ready.is_empty() || st.stopped || st.closed
             })
             .await;
     }
@@ -1117,14 +1135,6 @@ impl Pollable for AcceptReady {
 
 /// The `future-message-stream` resource.
 pub type FutureMessageStream = Pending<MessageStream>;
-
-fn pollable<T: Pollable>(
-    table: &mut wasmtime::component::ResourceTable,
-    p: T,
-) -> wasmtime::Result<Resource<DynPollable>> {
-    let r = table.push(p)?;
-    subscribe(table, r)
-}
 
 impl wit::Host for TetherCtxView<'_> {
     fn connect(
@@ -1224,10 +1234,8 @@ impl wit::HostFutureMessageStream for TetherCtxView<'_> {
         &mut self,
         this: Resource<FutureMessageStream>,
     ) -> wasmtime::Result<Resource<DynPollable>> {
-        subscribe(
-            self.table,
-            Resource::<FutureMessageStream>::new_borrow(this.rep()),
-        )
+        let ready = self.table.get(&this)?.pollable();
+        pollable(self.table, ready)
     }
 
     fn get(

@@ -218,14 +218,22 @@ fn run_case(name: &str, p: &Peer) -> Outcome {
         "wake-ups.first-message-under-1ms" => first_message_latency(p),
         "wake-ups.no-periodic-while-idle" => idle(p),
         "wake-ups.send-ready-wakes-once-room" => send_ready_wakes(p),
+        "drop.message-stream" => drop_message_stream(p),
+        "drop.listener" => drop_ws_listener(),
+        "drop.future-message-stream" => drop_future_message_stream(p),
+        "drop.byte-stream" => drop_byte_stream(p),
+        "drop.input-stream" => drop_input_stream(p),
+        "drop.output-stream" => drop_output_stream(p),
+        "drop.byte-listener" => drop_byte_listener(),
+        "drop.future-byte-stream" => drop_future_byte_stream(p),
         other => Err(format!("unknown case `{other}`")),
     }
 }
 
 // ---- helpers --------------------------------------------------------------
 
-/// A message stream with its pollables (declared first: they are child
-/// resources and must be dropped before the stream).
+/// A message stream with its pollables (declared first, so dropped first;
+/// the other order works as well: see the `drop.*` cases).
 struct Ws {
     rx: Pollable,
     tx: Pollable,
@@ -1182,6 +1190,10 @@ fn tcp_slow_sink(p: &Peer) -> Outcome {
         max_permit <= 256 << 10,
         "check-write granted {max_permit} bytes, over the 256 KiB bound"
     );
+    ensure!(
+        zero > 0,
+        "check-write never reached 0 while a slow sink took {total} bytes"
+    );
     c.stream.shutdown_send().map_err(|e| describe(&e))?;
     let reply = read_up_to(&c, usize::MAX)?;
     let reply = String::from_utf8_lossy(&reply).trim().to_string();
@@ -1534,4 +1546,130 @@ fn autobahn_client(args: &[String]) -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+// ---- dropping a resource before its pollables ------------------------------
+//
+// One rule for every kind (wit/tether.wit): the pollable outlives the
+// resource, is ready at once and stays ready; never a trap, never a hang.
+
+/// Whether `p` is ready within `ms` milliseconds.
+fn ready_within(p: &Pollable, ms: u64) -> bool {
+    let timer = sdk::monotonic_clock::subscribe_duration(ms * 1_000_000);
+    sdk::poll(&[p, &timer]).contains(&0)
+}
+
+/// Ready at once after the drop (100 ms), and still ready after that.
+fn ready_after_drop(what: &str, p: &Pollable) -> Result<(), String> {
+    ensure!(
+        ready_within(p, 100),
+        "{what}: not ready within 100 ms of the drop"
+    );
+    ensure!(ready_within(p, 0), "{what}: ready once, then not any more");
+    Ok(())
+}
+
+fn drop_message_stream(p: &Peer) -> Outcome {
+    // A peer that never answers the close: the stream cannot end by
+    // itself before the host's close deadline.
+    let stream = sdk::connect(&p.ws("/ignore-close"), &[]).map_err(|e| describe(&e))?;
+    let (rx, tx) = (stream.subscribe_receive(), stream.subscribe_send());
+    drop(stream);
+    ready_after_drop("subscribe-receive", &rx)?;
+    ready_after_drop("subscribe-send", &tx)?;
+    Ok("both pollables ready once the stream was dropped".into())
+}
+
+fn drop_ws_listener() -> Outcome {
+    let options = ListenOptions {
+        subprotocols: vec![],
+    };
+    let listener = websocket::listen("127.0.0.1:0", &options).map_err(|e| describe(&e))?;
+    let ready = listener.subscribe();
+    ensure!(!ready_within(&ready, 0), "ready with nothing to accept");
+    drop(listener);
+    ready_after_drop("listener pollable", &ready)?;
+    Ok("ready once the listener was dropped".into())
+}
+
+fn drop_future_message_stream(p: &Peer) -> Outcome {
+    let options = ConnectOptions {
+        subprotocols: vec![],
+        headers: vec![],
+    };
+    let future = websocket::connect(&p.ws("/echo"), &options).map_err(|e| describe(&e))?;
+    let ready = future.subscribe();
+    drop(future); // the connect is still running: cancelled
+    ready_after_drop("future pollable", &ready)?;
+    Ok("ready once the connect was dropped".into())
+}
+
+fn drop_future_byte_stream(p: &Peer) -> Outcome {
+    let future = tcp::connect(p.addr("tcp-echo")).map_err(|e| describe(&e))?;
+    let ready = future.subscribe();
+    drop(future);
+    ready_after_drop("future pollable", &ready)?;
+    Ok("ready once the connect was dropped".into())
+}
+
+fn drop_byte_listener() -> Outcome {
+    let listener = tcp::listen("127.0.0.1:0").map_err(|e| describe(&e))?;
+    let ready = listener.subscribe();
+    ensure!(!ready_within(&ready, 0), "ready with nothing to accept");
+    drop(listener);
+    ready_after_drop("byte-listener pollable", &ready)?;
+    Ok("ready once the listener was dropped".into())
+}
+
+fn drop_byte_stream(p: &Peer) -> Outcome {
+    // The byte-stream has no pollable of its own: its input and output
+    // streams (and their pollables) carry on without it.
+    let sdk::Connection {
+        stream,
+        input,
+        output,
+    } = tcp_open(p.addr("tcp-echo"))?;
+    let ready = input.subscribe();
+    drop(stream);
+    sdk::write_all(&output, b"still here").map_err(|e| format!("write: {e:?}"))?;
+    let mut got = Vec::new();
+    while got.len() < 10 {
+        ensure!(ready_within(&ready, 2000), "input pollable never ready");
+        match input.read(64) {
+            Ok(b) => got.extend_from_slice(&b),
+            Err(e) => return Err(format!("read: {e:?}")),
+        }
+    }
+    ensure!(got == b"still here", "echo {got:?}");
+    Ok("input and output streams work after the byte-stream was dropped".into())
+}
+
+fn drop_input_stream(p: &Peer) -> Outcome {
+    let sdk::Connection {
+        stream,
+        input,
+        output,
+    } = tcp_open(p.addr("tcp-echo"))?;
+    let ready = input.subscribe();
+    ensure!(!ready_within(&ready, 0), "ready with nothing sent");
+    drop(input);
+    ready_after_drop("input-stream pollable", &ready)?;
+    // The rest of the connection is unaffected.
+    sdk::write_all(&output, b"x").map_err(|e| format!("write: {e:?}"))?;
+    drop(stream);
+    Ok("ready once the input stream was dropped, no trap".into())
+}
+
+fn drop_output_stream(p: &Peer) -> Outcome {
+    let c = tcp_open(p.addr("tcp-echo"))?;
+    let sdk::Connection {
+        stream,
+        input,
+        output,
+    } = c;
+    let ready = output.subscribe();
+    drop(output);
+    ready_after_drop("output-stream pollable", &ready)?;
+    drop((stream, input));
+    Ok("ready once the output stream was dropped, no trap".into())
 }

@@ -5,7 +5,8 @@
 //! ```text
 //! probe connect URL [SUBPROTOCOL...]   connect, close 1000, print close info
 //! probe send-bulk URL TOTAL CHUNK      send TOTAL bytes (byte i = i % 251) in CHUNK-byte messages
-//! probe recv-all URL                   receive until closed; print count, bytes, close code
+//! probe recv-all URL [WAIT_MS]         (wait WAIT_MS before the first receive, then) receive
+//!                                      until closed; print count, bytes, close code
 //! probe send-big URL SIZE              send one SIZE-byte message
 //! probe close-rules URL                check close code/reason rules, idempotent close, send after close
 //! probe tcp-echo HOST:PORT             echo bytes until EOF, then half-close
@@ -14,6 +15,13 @@
 //! probe listen ADDR                    bind a WebSocket listener and report
 //! probe spin [URL]                     (connect to URL, then) loop forever (runaway guest)
 //! probe alloc MIB                      allocate MIB mebibytes
+//! probe tcp-wakeups HOST:PORT CONNS    open CONNS connections, read each to EOF waiting on
+//!                                      its input pollable; count reads that returned 0 bytes
+//! probe tcp-stuck HOST:PORT TOTAL      write (within check-write) to a peer that never reads
+//!                                      until check-write stays 0 for 300 ms or TOTAL bytes went
+//! probe tcp-backlog ADDR WAIT_MS N     listen, accept nothing for WAIT_MS, then accept N
+//! probe ws-backlog ADDR WAIT_MS N      the same with a WebSocket listener
+//! probe fail-holding URL exit|trap|memory   connect, then fail that way holding the stream
 //! ```
 
 use std::process::ExitCode;
@@ -27,7 +35,7 @@ fn main() -> ExitCode {
     let result = match arg(1) {
         "connect" => connect(arg(2), &args[3..]),
         "send-bulk" => send_bulk(arg(2), num(3), num(4)),
-        "recv-all" => recv_all(arg(2)),
+        "recv-all" => recv_all(arg(2), num(3) as u64),
         "send-big" => send_big(arg(2), num(3)),
         "close-rules" => close_rules(arg(2)),
         "tcp-echo" => tcp_echo(arg(2)),
@@ -44,6 +52,11 @@ fn main() -> ExitCode {
         .map(|l| println!("ok listening {}", l.local_address())),
         "spin" => spin(arg(2)),
         "alloc" => alloc(num(2)),
+        "tcp-wakeups" => tcp_wakeups(arg(2), num(3)),
+        "tcp-stuck" => tcp_stuck(arg(2), num(3)),
+        "tcp-backlog" => tcp_backlog(arg(2), num(3) as u64, num(4)),
+        "ws-backlog" => ws_backlog(arg(2), num(3) as u64, num(4)),
+        "fail-holding" => fail_holding(arg(2), arg(3)),
         other => {
             eprintln!("probe: unknown command `{other}`");
             return ExitCode::from(2);
@@ -100,8 +113,11 @@ fn send_bulk(url: &str, total: usize, chunk: usize) -> Result<(), ErrorCode> {
     Ok(())
 }
 
-fn recv_all(url: &str) -> Result<(), ErrorCode> {
+fn recv_all(url: &str, wait_ms: u64) -> Result<(), ErrorCode> {
     let stream = sdk::connect(url, &[])?;
+    if wait_ms > 0 {
+        sleep_ms(wait_ms);
+    }
     let rx = stream.subscribe_receive();
     let (mut count, mut bytes) = (0u64, 0u64);
     let end = loop {
@@ -232,4 +248,119 @@ fn alloc(mib: usize) -> Result<(), ErrorCode> {
     }
     println!("ok allocated {}", keep.len());
     Ok(())
+}
+
+fn tcp_wakeups(address: &str, conns: usize) -> Result<(), ErrorCode> {
+    let conns: Vec<sdk::Connection> = (0..conns.max(1))
+        .map(|_| sdk::tcp_connect(address))
+        .collect::<Result<_, _>>()?;
+    let ready: Vec<sdk::Pollable> = conns.iter().map(|c| c.input.subscribe()).collect();
+    let mut open: Vec<usize> = (0..conns.len()).collect();
+    let (mut bytes, mut wakeups, mut spurious) = (0u64, 0u64, 0u64);
+    while !open.is_empty() {
+        let waiting: Vec<&sdk::Pollable> = open.iter().map(|&i| &ready[i]).collect();
+        let woken: Vec<usize> = sdk::poll(&waiting)
+            .into_iter()
+            .map(|k| open[k as usize])
+            .collect();
+        for i in woken {
+            wakeups += 1;
+            match conns[i].input.read(65536) {
+                Ok(b) if b.is_empty() => spurious += 1,
+                Ok(b) => bytes += b.len() as u64,
+                Err(StreamError::Closed) => open.retain(|&j| j != i),
+                Err(e) => return Err(ErrorCode::Other(format!("read: {e:?}"))),
+            }
+        }
+    }
+    println!("ok bytes={bytes} wakeups={wakeups} spurious={spurious}");
+    Ok(())
+}
+
+fn tcp_stuck(address: &str, total: usize) -> Result<(), ErrorCode> {
+    let conn = sdk::tcp_connect(address)?;
+    let ready = conn.output.subscribe();
+    let chunk = vec![7u8; 64 << 10];
+    let mut written = 0usize;
+    let io = |e: StreamError| ErrorCode::Other(format!("{e:?}"));
+    while written < total {
+        let permit = conn.output.check_write().map_err(io)? as usize;
+        if permit == 0 {
+            // Stuck once nothing drains for 300 ms (the kernel may still
+            // take a little while its buffers grow).
+            let timer = sdk::monotonic_clock::subscribe_duration(300_000_000);
+            if !sdk::poll(&[&ready, &timer]).contains(&0) {
+                println!("ok blocked-after={written}");
+                return Ok(());
+            }
+            continue;
+        }
+        let n = permit.min(chunk.len()).min(total - written);
+        conn.output.write(&chunk[..n]).map_err(io)?;
+        written += n;
+    }
+    println!("ok never-blocked {written}");
+    Ok(())
+}
+
+fn sleep_ms(ms: u64) {
+    sdk::monotonic_clock::subscribe_duration(ms * 1_000_000).block();
+}
+
+fn tcp_backlog(address: &str, wait_ms: u64, n: usize) -> Result<(), ErrorCode> {
+    let listener = sdk::tcp::listen(address)?;
+    sleep_ms(wait_ms);
+    let ready = listener.subscribe();
+    let mut held = Vec::new();
+    while held.len() < n {
+        match listener.accept()? {
+            Some(conn) => held.push(conn),
+            None => ready.block(),
+        }
+    }
+    println!("ok accepted {}", held.len());
+    Ok(())
+}
+
+fn ws_backlog(address: &str, wait_ms: u64, n: usize) -> Result<(), ErrorCode> {
+    let listener = websocket::listen(
+        address,
+        &ListenOptions {
+            subprotocols: vec![],
+        },
+    )?;
+    sleep_ms(wait_ms);
+    let ready = listener.subscribe();
+    let mut held = Vec::new();
+    while held.len() < n {
+        match listener.accept()? {
+            Some(stream) => held.push(stream),
+            None => ready.block(),
+        }
+    }
+    println!("ok accepted {}", held.len());
+    Ok(())
+}
+
+fn fail_holding(url: &str, how: &str) -> Result<(), ErrorCode> {
+    let stream = sdk::connect(url, &[])?;
+    println!("ok connected");
+    match how {
+        // No destructors run: the stream is still held when the guest ends.
+        "exit" => std::process::exit(3), // wasi:cli/exit reports it as exit(err): status 1
+        "trap" => core::arch::wasm32::unreachable(),
+        "memory" => {
+            let mut keep = Vec::new();
+            loop {
+                keep.push(vec![1u8; 1 << 20]);
+                std::hint::black_box(&keep);
+            }
+        }
+        other => {
+            drop(stream);
+            Err(ErrorCode::InvalidArgument(format!(
+                "unknown failure `{other}`"
+            )))
+        }
+    }
 }

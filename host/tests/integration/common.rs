@@ -66,10 +66,65 @@ fn run_guest<'a>(
     all.extend(args.iter().map(|a| a.to_string()));
     async move {
         let component = runner.compile_cached(wasm).expect("compile guest");
-        runner
-            .run(&component, &all, GuestIo::Capture(64 << 20))
-            .await
+        let run = runner.run(&component, &all, GuestIo::Capture(64 << 20));
+        match tokio::time::timeout(GUEST_DEADLINE, run).await {
+            Ok(outcome) => outcome,
+            Err(_) => panic!("guest {all:?} still running after {GUEST_DEADLINE:?}"),
+        }
     }
+}
+
+/// Every guest run in these tests ends within this, or the test fails.
+pub const GUEST_DEADLINE: Duration = Duration::from_secs(120);
+
+/// Runs `test` on a thread of its own with a current-thread runtime, and
+/// fails (instead of hanging) when it is not done within `deadline`. For
+/// tests whose guest may never yield (runaway guests): a guest that never
+/// returns to the host holds its thread, so no timer on that thread fires.
+pub fn within<T, F, Fut>(deadline: Duration, test: F) -> T
+where
+    T: Send + 'static,
+    F: FnOnce() -> Fut + Send + 'static,
+    Fut: Future<Output = T>,
+{
+    let (tx, rx) = std::sync::mpsc::channel();
+    let thread = std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let _ = tx.send(rt.block_on(test()));
+    });
+    match rx.recv_timeout(deadline) {
+        Ok(v) => v,
+        // The test panicked: fail with its message.
+        Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => match thread.join() {
+            Err(panic) => std::panic::resume_unwind(panic),
+            Ok(()) => unreachable!("the thread sends before it ends"),
+        },
+        Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+            panic!("not done within {deadline:?} (a guest that never yields was not stopped?)")
+        }
+    }
+}
+
+/// Connections completed by the kernel on the listening socket at
+/// `127.0.0.1:port` that nobody accepted yet (its accept queue, the
+/// `rx_queue` of a LISTEN row in /proc/net/tcp). `None` when no such
+/// listener exists.
+pub fn accept_queue_len(port: u16) -> Option<usize> {
+    let table = std::fs::read_to_string("/proc/net/tcp").unwrap();
+    let local = format!("0100007F:{port:04X}");
+    table.lines().skip(1).find_map(|line| {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        // sl local_address rem_address st tx_queue:rx_queue ...; 0A = LISTEN
+        if f.get(1) == Some(&local.as_str()) && f.get(3) == Some(&"0A") {
+            let rx = f.get(4)?.split(':').nth(1)?;
+            usize::from_str_radix(rx, 16).ok()
+        } else {
+            None
+        }
+    })
 }
 
 /// Runs the echo guest with `args` and captures its output.

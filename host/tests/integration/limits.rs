@@ -6,81 +6,119 @@ use tether_host::runner::RunError;
 
 use crate::common::*;
 
-#[tokio::test(flavor = "current_thread")]
-async fn runaway_guest_is_stopped_while_others_keep_running() {
-    let mut config = local_config();
-    config.limits.max_run_without_yield = Duration::from_millis(300);
-    let runner = runner(config);
-    let addr = ws_server(echo_ws);
-    let url = format!("ws://{addr}/");
-    let t0 = Instant::now();
-    let (spin, ok) = tokio::join!(
-        probe(&runner, &["spin"]),
-        echo(&runner, &["ping", &url, "rtt:200:64"])
-    );
-    assert!(
-        matches!(spin.result, Err(RunError::Runaway(_))),
-        "{}",
-        show(&spin)
-    );
-    assert!(
-        spin.result
-            .as_ref()
-            .unwrap_err()
-            .to_string()
-            .contains("without returning to the host")
-    );
-    assert!(t0.elapsed() < Duration::from_secs(5));
-    assert!(
-        ok.success(),
-        "the other guest must keep running: {}",
-        show(&ok)
-    );
+/// Both guests share one thread; the whole test has its own deadline on
+/// another thread, so a runaway that is not stopped fails it, never hangs.
+#[test]
+fn runaway_guest_is_stopped_while_others_keep_running() {
+    within(Duration::from_secs(60), || async {
+        let mut config = local_config();
+        config.limits.max_run_without_yield = Duration::from_millis(300);
+        let runner = runner(config);
+        let addr = ws_server(echo_ws);
+        let url = format!("ws://{addr}/");
+        let t0 = Instant::now();
+        let (spin, ok) = tokio::join!(
+            probe(&runner, &["spin"]),
+            echo(&runner, &["ping", &url, "rtt:200:64"])
+        );
+        assert!(
+            matches!(spin.result, Err(RunError::Runaway(_))),
+            "{}",
+            show(&spin)
+        );
+        assert!(
+            spin.result
+                .as_ref()
+                .unwrap_err()
+                .to_string()
+                .contains("without returning to the host")
+        );
+        assert!(t0.elapsed() < Duration::from_secs(5));
+        assert!(
+            ok.success(),
+            "the other guest must keep running: {}",
+            show(&ok)
+        );
+    })
 }
 
-/// A guest that fails while holding a message stream: the host closes the
-/// stream with 1011 naming the failure, not with 1000 as if all went well.
-#[tokio::test(flavor = "current_thread")]
-async fn a_failed_guests_streams_close_with_1011() {
-    let mut config = local_config();
-    config.limits.max_run_without_yield = Duration::from_millis(200);
-    let runner = runner(config);
-    let (tx, rx) = std::sync::mpsc::channel();
-    let tx = std::sync::Mutex::new(tx);
-    let addr = ws_server(move |mut ws| {
-        let tx = tx.lock().unwrap().clone();
-        async move {
-            use futures_util::StreamExt;
-            while let Some(msg) = ws.next().await {
-                if let Ok(tokio_tungstenite::tungstenite::Message::Close(frame)) = msg {
-                    let _ = tx.send(frame.map(|f| (u16::from(f.code), f.reason.to_string())));
-                    return;
+/// A guest that fails while holding a message stream, in each way a guest
+/// can fail: the host closes the stream with 1011 and a fixed reason
+/// naming the kind of failure, not with 1000 as if all went well.
+#[test]
+fn a_failed_guests_streams_close_with_1011_for_every_failure_kind() {
+    let cases: [(&[&str], fn(&RunError) -> bool, &str); 4] = [
+        (
+            &["fail-holding", "exit"],
+            |e| matches!(e, RunError::Exit(c) if *c != 0),
+            "guest exited with an error",
+        ),
+        (
+            &["fail-holding", "trap"],
+            |e| matches!(e, RunError::Trap(_)),
+            "guest trapped",
+        ),
+        (
+            &["fail-holding", "memory"],
+            |e| matches!(e, RunError::MemoryLimit(_)),
+            "guest stopped: memory limit",
+        ),
+        (
+            &["spin"],
+            |e| matches!(e, RunError::Runaway(_)),
+            "guest stopped: ran too long without yielding",
+        ),
+    ];
+    for (args, kind, expected) in cases {
+        let frame = within(Duration::from_secs(60), move || async move {
+            let mut config = local_config();
+            config.limits.max_run_without_yield = Duration::from_millis(200);
+            config.limits.max_memory_bytes = 64 << 20;
+            let runner = runner(config);
+            let (tx, rx) = std::sync::mpsc::channel();
+            let tx = std::sync::Mutex::new(tx);
+            let addr = ws_server(move |mut ws| {
+                let tx = tx.lock().unwrap().clone();
+                async move {
+                    use futures_util::StreamExt;
+                    while let Some(msg) = ws.next().await {
+                        if let Ok(tokio_tungstenite::tungstenite::Message::Close(frame)) = msg {
+                            let _ =
+                                tx.send(frame.map(|f| (u16::from(f.code), f.reason.to_string())));
+                            return;
+                        }
+                    }
+                    let _ = tx.send(None);
+                }
+            });
+            let url = format!("ws://{addr}/");
+            let mut all = vec![args[0], &url];
+            all.extend(&args[1..]);
+            let out = probe(&runner, &all).await;
+            assert!(
+                out.result.as_ref().is_err_and(kind),
+                "{args:?}: {}",
+                show(&out)
+            );
+            // Wait without blocking this thread: the stream's writer task
+            // runs on it.
+            let t0 = Instant::now();
+            loop {
+                match rx.try_recv() {
+                    Ok(frame) => break frame,
+                    Err(_) if t0.elapsed() < Duration::from_secs(5) => {
+                        tokio::time::sleep(Duration::from_millis(10)).await
+                    }
+                    Err(e) => panic!("{args:?}: no close frame within 5 s: {e}"),
                 }
             }
-            let _ = tx.send(None);
-        }
-    });
-    let out = probe(&runner, &["spin", &format!("ws://{addr}/")]).await;
-    assert!(
-        matches!(out.result, Err(RunError::Runaway(_))),
-        "{}",
-        show(&out)
-    );
-    // Wait without blocking this thread: the stream's writer task runs on it.
-    let t0 = Instant::now();
-    let frame = loop {
-        match rx.try_recv() {
-            Ok(frame) => break frame,
-            Err(_) if t0.elapsed() < Duration::from_secs(5) => {
-                tokio::time::sleep(Duration::from_millis(10)).await
-            }
-            Err(e) => panic!("no close frame within 5 s: {e}"),
-        }
-    };
-    let (code, reason) = frame.expect("the connection ended without a close frame");
-    assert_eq!(code, 1011, "{reason}");
-    // A fixed phrase: failure details stay on the host, never on the wire.
-    assert_eq!(reason, "guest stopped: ran too long without yielding");
+        });
+        let (code, reason) =
+            frame.unwrap_or_else(|| panic!("{args:?}: the connection ended without a close frame"));
+        assert_eq!(code, 1011, "{args:?}: {reason}");
+        // A fixed phrase: failure details stay on the host, never on the wire.
+        assert_eq!(reason, expected, "{args:?}");
+    }
 }
 
 #[tokio::test(flavor = "current_thread")]

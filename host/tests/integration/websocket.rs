@@ -441,31 +441,56 @@ async fn slow_reader_gets_every_byte_in_order_with_bounded_memory() {
 
 #[tokio::test(flavor = "current_thread")]
 async fn inbound_burst_is_paused_not_dropped() {
-    // The server writes 2000 x 16 KiB while the guest reads everything;
-    // while the host's inbound buffer is full it stops reading the socket.
-    let addr = ws_server(|mut ws| async move {
-        for i in 0..2000u32 {
-            let mut m = vec![(i % 256) as u8; 16 << 10];
-            m[..4].copy_from_slice(&i.to_be_bytes());
-            if ws.send(Message::Binary(m.into())).await.is_err() {
-                return;
+    // The server writes 2000 x 16 KiB (32 MiB); the guest reads nothing
+    // for its first 600 ms, then everything. While the host's 64 KiB
+    // inbound buffer is full it stops reading the socket, so the kernel
+    // buffers fill and the server's sends block: it gets through far fewer
+    // than 2000 messages in its first 400 ms.
+    const LIMIT: usize = 64 << 10;
+    const SIZE: usize = 16 << 10;
+    let (tx, rx) = std::sync::mpsc::channel();
+    let tx = std::sync::Mutex::new(tx);
+    let addr = ws_server(move |mut ws| {
+        let tx = tx.lock().unwrap().clone();
+        async move {
+            let t0 = Instant::now();
+            let mut sent_early = 0u32;
+            for i in 0..2000u32 {
+                let mut m = vec![(i % 256) as u8; SIZE];
+                m[..4].copy_from_slice(&i.to_be_bytes());
+                if ws.send(Message::Binary(m.into())).await.is_err() {
+                    return;
+                }
+                if t0.elapsed() < Duration::from_millis(400) {
+                    sent_early = i + 1;
+                }
             }
+            let _ = tx.send(sent_early);
+            let _ = ws.close(None).await;
+            while ws.next().await.is_some() {}
         }
-        let _ = ws.close(None).await;
-        while ws.next().await.is_some() {}
     });
     let mut config = local_config();
-    config.limits.inbound_buffer_bytes = 64 << 10;
+    config.limits.inbound_buffer_bytes = LIMIT;
     let runner = runner(config);
-    let out = probe(&runner, &["recv-all", &format!("ws://{addr}/")]).await;
+    let out = probe(&runner, &["recv-all", &format!("ws://{addr}/"), "600"]).await;
     assert!(out.success(), "{}", show(&out));
     assert!(
-        out.stdout_text().contains(&format!(
-            "ok received 2000 {} close=1005",
-            2000 * (16 << 10)
-        )),
+        out.stdout_text()
+            .contains(&format!("ok received 2000 {} close=1005", 2000 * SIZE)),
         "{}",
         show(&out)
+    );
+    let sent_early = rx.try_recv().expect("the server finished");
+    assert!(
+        sent_early < 1000,
+        "the server sent {sent_early} of 2000 messages before the guest read: not paused"
+    );
+    // The bound, plus the one message read while below it.
+    let peak = runner.host().stats.peak_buffered_bytes();
+    assert!(
+        (LIMIT..LIMIT + SIZE).contains(&peak),
+        "peak inbound buffering {peak} bytes, bound {LIMIT} + one {SIZE}-byte message"
     );
 }
 
@@ -621,4 +646,57 @@ async fn server_guest_accepts_and_negotiates() {
     let (out, total) = tokio::join!(guest, clients);
     assert!(out.success(), "{}", show(&out));
     assert_eq!(total, 200);
+}
+
+/// `accept_backlog` for the WebSocket listener: with the guest not
+/// accepting, the host upgrades and holds exactly that many connections
+/// (the clients past it wait); then the guest accepts every one.
+#[tokio::test(flavor = "current_thread")]
+async fn listener_holds_at_most_the_backlog() {
+    const BACKLOG: usize = 3;
+    const CLIENTS: usize = 8;
+    let mut config = local_config();
+    config.limits.accept_backlog = BACKLOG;
+    let runner = runner(config);
+    let port = closed_port();
+    let listen = format!("127.0.0.1:{port}");
+    let guest = probe(
+        &runner,
+        &["ws-backlog", &listen, "1500", &CLIENTS.to_string()],
+    );
+    let clients = async {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let upgraded = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let mut tasks = Vec::new();
+        for _ in 0..CLIENTS {
+            let tcp = tokio::net::TcpStream::connect(&listen).await.unwrap();
+            let url = format!("ws://{listen}/");
+            let upgraded = upgraded.clone();
+            tasks.push(tokio::spawn(async move {
+                let (ws, _) = tokio_tungstenite::client_async(url, tcp).await.unwrap();
+                upgraded.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                ws
+            }));
+        }
+        tokio::time::sleep(Duration::from_millis(600)).await;
+        let early = upgraded.load(std::sync::atomic::Ordering::SeqCst);
+        let mut streams = Vec::new();
+        for t in tasks {
+            streams.push(t.await.unwrap());
+        }
+        (early, streams.len())
+    };
+    let (out, (early, all)) = tokio::join!(guest, clients);
+    assert!(out.success(), "{}", show(&out));
+    assert_eq!(
+        early, BACKLOG,
+        "upgrades completed while the guest accepted nothing"
+    );
+    assert_eq!(all, CLIENTS);
+    assert!(
+        out.stdout_text()
+            .contains(&format!("ok accepted {CLIENTS}")),
+        "{}",
+        show(&out)
+    );
 }
