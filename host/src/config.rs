@@ -34,10 +34,18 @@ pub struct Limits {
     /// past it the host stops accepting (the kernel backlog pushes back).
     /// Default 64.
     pub accept_backlog: usize,
+    /// WebSocket handshakes a listener runs at once: connections accepted
+    /// whose upgrade is not done yet (each is cut at `handshake_timeout`).
+    /// They do not count against `accept_backlog`, so clients that stall
+    /// their upgrade never hold up the accept loop. Past this bound a new
+    /// connection is answered 503 and closed at once, and the listener keeps
+    /// accepting. Default 1024.
+    pub max_handshakes_per_listener: usize,
     /// Deadline for DNS plus TCP connect. Default 10 s.
     pub connect_timeout: Duration,
-    /// Deadline for the TLS and WebSocket handshakes, dialled or accepted,
-    /// and for the closing handshake: a stream the guest dropped or closed
+    /// Deadline for the TLS and WebSocket handshakes, dialled or accepted
+    /// (an accepted client's request head must arrive within it, counted
+    /// from accept), and for the closing handshake: a stream the guest dropped or closed
     /// is torn down at the latest this long after, even if the peer never
     /// reads or never answers. Default 10 s.
     pub handshake_timeout: Duration,
@@ -62,6 +70,7 @@ impl Default for Limits {
             tcp_write_buffer_bytes: 256 << 10,
             tcp_read_chunk_bytes: 64 << 10,
             accept_backlog: 64,
+            max_handshakes_per_listener: 1024,
             connect_timeout: Duration::from_secs(10),
             handshake_timeout: Duration::from_secs(10),
             max_memory_bytes: 256 << 20,

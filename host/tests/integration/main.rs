@@ -8,3 +8,4 @@ mod limits;
 mod quic;
 mod tcp;
 mod websocket;
+mod ws_hostile;
