@@ -117,6 +117,10 @@ pub struct HostArgs {
     /// Outbound buffer per message stream, bytes (1 to 2^40).
     #[arg(long, default_value_t = Limits::default().outbound_buffer_bytes, value_parser = byte_size())]
     pub outbound_buffer_bytes: usize,
+    /// WebSocket handshakes a listener runs at once; past it new
+    /// connections get 503 and are closed (1 to 1048576).
+    #[arg(long, default_value_t = Limits::default().max_handshakes_per_listener, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=1 << 20))]
+    pub max_handshakes_per_listener: usize,
     /// Connect deadline (DNS + TCP), ms (at least 1).
     #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..))]
     pub connect_timeout_ms: u64,
@@ -167,6 +171,7 @@ impl HostArgs {
                 max_message_bytes: self.max_message_bytes,
                 inbound_buffer_bytes: self.inbound_buffer_bytes,
                 outbound_buffer_bytes: self.outbound_buffer_bytes,
+                max_handshakes_per_listener: self.max_handshakes_per_listener,
                 connect_timeout: Duration::from_millis(self.connect_timeout_ms),
                 handshake_timeout: Duration::from_millis(self.handshake_timeout_ms),
                 max_memory_bytes: self.max_memory_mib << 20,

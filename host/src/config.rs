@@ -38,10 +38,18 @@ pub struct Limits {
     /// at most; past it `register-*` fails with `invalid-argument`. Each
     /// costs the host about 150 bytes. Default 65,536.
     pub readiness_set_entries: usize,
+    /// WebSocket handshakes a listener runs at once: connections accepted
+    /// whose upgrade is not done yet (each is cut at `handshake_timeout`).
+    /// They do not count against `accept_backlog`, so clients that stall
+    /// their upgrade never hold up the accept loop. Past this bound a new
+    /// connection is answered 503 and closed at once, and the listener keeps
+    /// accepting. Default 1024.
+    pub max_handshakes_per_listener: usize,
     /// Deadline for DNS plus TCP connect. Default 10 s.
     pub connect_timeout: Duration,
-    /// Deadline for the TLS and WebSocket handshakes, dialled or accepted,
-    /// and for the closing handshake: a stream the guest dropped or closed
+    /// Deadline for the TLS and WebSocket handshakes, dialled or accepted
+    /// (an accepted client's request head must arrive within it, counted
+    /// from accept), and for the closing handshake: a stream the guest dropped or closed
     /// is torn down at the latest this long after, even if the peer never
     /// reads or never answers. Default 10 s.
     pub handshake_timeout: Duration,
@@ -71,6 +79,7 @@ impl Default for Limits {
             tcp_read_chunk_bytes: 64 << 10,
             accept_backlog: 64,
             readiness_set_entries: 1 << 16,
+            max_handshakes_per_listener: 1024,
             connect_timeout: Duration::from_secs(10),
             handshake_timeout: Duration::from_secs(10),
             max_memory_bytes: 256 << 20,

@@ -53,6 +53,13 @@ const READ_BUFFER_BYTES: usize = 32 * 1024;
 pub const CLOSE_NO_STATUS: u16 = 1005;
 /// Close code for "closed without a close frame" (RFC 6455 section 7.4.1).
 pub const CLOSE_ABNORMAL: u16 = 1006;
+/// Close code for "protocol error" (RFC 6455 section 7.4.1): the host fails
+/// a connection with it on a framing or masking violation.
+pub const CLOSE_PROTOCOL_ERROR: u16 = 1002;
+/// Close code for "data not consistent with the message type" (RFC 6455
+/// section 7.4.1): the host fails a connection with it on a text message
+/// or close reason that is not UTF-8.
+pub const CLOSE_INVALID_DATA: u16 = 1007;
 /// Close code for "message too big" (RFC 6455 section 7.4.1).
 pub const CLOSE_TOO_BIG: u16 = 1009;
 /// Close code for "an unexpected condition" (RFC 6455 section 7.4.1): the
@@ -121,7 +128,11 @@ struct Shared {
     stats: Arc<crate::Stats>,
     /// The write half. Locked only inside synchronous polls: by `send`'s
     /// fast path (when the writer task is idle) and by the writer task.
-    sink: Mutex<DynSink>,
+    /// `None` once the connection is over: the writer task drops it after
+    /// the read half ended, which closes the TCP connection (RFC 6455
+    /// section 7.1.1: the server closes first, as soon as the closing
+    /// handshake is done, whether or not the guest still holds the stream).
+    sink: Mutex<Option<DynSink>>,
 }
 
 type DynSink = Pin<Box<dyn Sink<WsMessage, Error = tungstenite::Error> + Send>>;
@@ -208,7 +219,7 @@ impl MessageStream {
         let limits = &host.config.limits;
         let (sink, stream) = ws.split();
         let shared = Arc::new(Shared {
-            sink: Mutex::new(Box::pin(sink)),
+            sink: Mutex::new(Some(Box::pin(sink))),
             stats: host.stats.clone(),
             state: Mutex::new(State::default()),
             max_message: limits.max_message_bytes,
@@ -294,6 +305,9 @@ impl MessageStream {
     fn write_now(&self, message: &mut Option<WsMessage>) -> Result<bool, tungstenite::Error> {
         let Ok(mut sink) = self.shared.sink.try_lock() else {
             return Ok(false);
+        };
+        let Some(sink) = sink.as_mut() else {
+            return Err(tungstenite::Error::AlreadyClosed);
         };
         let mut cx = Context::from_waker(Waker::noop());
         // A noop waker may replace the writer task's socket waker; the
@@ -541,6 +555,35 @@ fn classify(e: tungstenite::Error) -> ErrorCode {
     }
 }
 
+/// The close frame RFC 6455 requires when the host fails the connection
+/// because of `e` (sections 7.1.7 and 7.4.1): 1007 for a text message (or
+/// close reason) that is not UTF-8, 1009 for a message over the limit, 1002
+/// for every framing, masking or other protocol violation. `None` when no
+/// frame can go out (the transport failed or the peer reset it). The reason
+/// is at most 123 bytes (section 5.5).
+fn failure_close(e: &tungstenite::Error) -> Option<(u16, String)> {
+    use tungstenite::Error as E;
+    use tungstenite::error::ProtocolError as P;
+    match e {
+        E::Utf8(_) => Some((CLOSE_INVALID_DATA, "invalid UTF-8".into())),
+        E::Capacity(_) => Some((CLOSE_TOO_BIG, "message too big".into())),
+        E::Protocol(P::ResetWithoutClosingHandshake) => None,
+        E::Protocol(p) => Some((CLOSE_PROTOCOL_ERROR, truncate_reason(p.to_string()))),
+        _ => None,
+    }
+}
+
+/// `reason` cut to the 123 bytes a close frame holds (RFC 6455 section
+/// 5.5), at a character boundary.
+fn truncate_reason(mut reason: String) -> String {
+    let mut end = reason.len().min(123);
+    while !reason.is_char_boundary(end) {
+        end -= 1;
+    }
+    reason.truncate(end);
+    reason
+}
+
 async fn read_loop<S>(mut rx: SplitStream<WebSocketStream<S>>, shared: Arc<Shared>)
 where
     S: AsyncRead + AsyncWrite + Unpin,
@@ -559,6 +602,9 @@ where
                 Some(Ok(WsMessage::Text(t))) => Message::Text(t.as_str().to_owned()),
                 Some(Ok(WsMessage::Binary(b))) => Message::Binary(b.into()),
                 Some(Ok(WsMessage::Close(frame))) => {
+                    // tungstenite answered the close with the same code
+                    // (1002 if the peer's code is not allowed, which it also
+                    // reports here); keep reading until the connection ends.
                     st.close_info = Some(match frame {
                         Some(f) => CloseInfo {
                             code: f.code.into(),
@@ -569,31 +615,34 @@ where
                             reason: String::new(),
                         },
                     });
-                    // tungstenite answers the close; keep reading until the
-                    // connection ends.
                     continue;
                 }
                 Some(Ok(_)) => continue, // ping, pong: answered by tungstenite
-                Some(Err(tungstenite::Error::Capacity(c))) => {
-                    st.close_info = Some(CloseInfo {
-                        code: CLOSE_TOO_BIG,
-                        reason: "message too big".into(),
-                    });
-                    if !st.close_queued {
-                        st.close_queued = true;
-                        st.outbound.push_back(WsMessage::Close(Some(CloseFrame {
-                            code: CLOSE_TOO_BIG.into(),
-                            reason: "message too big".into(),
-                        })));
-                        shared.outbound_work.wake();
-                    }
-                    tracing::warn!(peer_limit = shared.max_message, "closing stream: {c}");
-                    break ErrorCode::MessageTooLarge(shared.max_message as u64);
-                }
                 // After the peer's close frame, how the transport ends (even
                 // without a TLS close_notify) no longer matters.
                 Some(Err(_)) | None if st.close_info.is_some() => break ErrorCode::Closed,
-                Some(Err(e)) => break classify(e),
+                Some(Err(e)) => {
+                    // Fail the connection (RFC 6455 section 7.1.7): the close
+                    // frame goes out after what the guest queued, then the
+                    // writer task closes the TCP connection.
+                    if let Some((code, reason)) = failure_close(&e) {
+                        tracing::info!(code, "failing WebSocket connection: {e}");
+                        if !st.close_queued {
+                            st.close_queued = true;
+                            st.outbound.push_back(WsMessage::Close(Some(CloseFrame {
+                                code: code.into(),
+                                reason: reason.clone().into(),
+                            })));
+                        }
+                        st.close_info = Some(CloseInfo { code, reason });
+                    }
+                    break match e {
+                        tungstenite::Error::Capacity(_) => {
+                            ErrorCode::MessageTooLarge(shared.max_message as u64)
+                        }
+                        e => classify(e),
+                    };
+                }
                 None => break ErrorCode::Closed,
             };
             st.inbound_bytes += message_len(&message);
@@ -602,6 +651,9 @@ where
         }
         shared.readable.wake();
     };
+    // The read half goes first; the writer task drops the write half once
+    // it has sent what it must, and the TCP connection closes.
+    drop(rx);
     let mut st = shared.lock();
     if st.close_info.is_none() {
         st.close_info = Some(CloseInfo {
@@ -627,6 +679,9 @@ enum Drained {
 /// is empty (or right after a close frame).
 fn drive(shared: &Shared, cx: &mut Context<'_>) -> Poll<Result<Drained, tungstenite::Error>> {
     let mut sink = shared.sink.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(sink) = sink.as_mut() else {
+        return Poll::Ready(Err(tungstenite::Error::AlreadyClosed));
+    };
     loop {
         if !shared.lock().outbound.is_empty() {
             ready!(sink.as_mut().poll_ready(cx))?;
@@ -662,6 +717,29 @@ fn drive(shared: &Shared, cx: &mut Context<'_>) -> Poll<Result<Drained, tungsten
 }
 
 async fn write_loop(shared: Arc<Shared>) {
+    write_until_done(&shared).await;
+    // The connection is over: the read half has ended (or was aborted), so
+    // dropping the write half closes the TCP connection now, not when the
+    // guest drops the stream.
+    let sink = shared.sink.lock().unwrap_or_else(|e| e.into_inner()).take();
+    drop(sink);
+}
+
+/// Resolves `close_timeout` after the read half ended: the bound on how
+/// long the writer may still flush once the connection is over (a peer
+/// that failed the protocol and never reads must not keep the socket).
+async fn ended_deadline(shared: &Shared) {
+    shared
+        .readable
+        .wait_until(|| shared.lock().read_end.is_some())
+        .await;
+    tokio::time::sleep(shared.close_timeout).await;
+}
+
+/// Sends what the guest queues until the connection is over: the close
+/// frame went out and the closing handshake ended (or timed out), the
+/// read half ended and nothing is left to send, or a write failed.
+async fn write_until_done(shared: &Arc<Shared>) {
     loop {
         let mut ended = false;
         shared
@@ -680,7 +758,14 @@ async fn write_loop(shared: Arc<Shared>) {
                 return;
             }
         }
-        match std::future::poll_fn(|cx| drive(&shared, cx)).await {
+        let drained = tokio::select! {
+            drained = std::future::poll_fn(|cx| drive(shared, cx)) => drained,
+            () = ended_deadline(shared) => {
+                tracing::debug!("websocket: peer did not take the last frames in time");
+                return;
+            }
+        };
+        match drained {
             Ok(Drained::Idle) => {}
             Ok(Drained::CloseSent) => {
                 shared.lock().close_sent = true;
@@ -716,6 +801,12 @@ async fn write_loop(shared: Arc<Shared>) {
                 }
                 shared.lock().write_error = Some(code);
                 shared.writable.wake();
+                // The read half still runs (the peer's close or a reset
+                // ends it); keep the socket until then.
+                shared
+                    .readable
+                    .wait_until(|| shared.lock().read_end.is_some())
+                    .await;
                 return;
             }
         }
@@ -893,7 +984,9 @@ pub async fn dial(
 #[derive(Default)]
 struct ListenerState {
     ready: VecDeque<MessageStream>,
-    in_handshake: usize,
+    /// Handshakes past their request head, answering it: each holds a
+    /// backlog slot, so `ready.len() + upgrading <= backlog`.
+    upgrading: usize,
     /// The host shut down: no more accepting; `accept` returns `closed`
     /// once `ready` is empty.
     stopped: bool,
@@ -929,6 +1022,12 @@ impl crate::shutdown::GoingAway for ListenerShared {
 impl ListenerShared {
     fn lock(&self) -> MutexGuard<'_, ListenerState> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Whether the backlog of completed streams has room for one more.
+    fn has_room(&self) -> bool {
+        let st = self.lock();
+        st.ready.len() + st.upgrading < self.backlog
     }
 }
 
@@ -966,15 +1065,143 @@ fn select_subprotocol(request: &Request, supported: &[String]) -> Option<String>
     supported.iter().find(|s| offered.contains(s)).cloned()
 }
 
+/// Largest HTTP request head (request line and headers) a WebSocket
+/// listener reads before it answers the upgrade, bytes. A longer head is
+/// refused with 431 and the connection closed.
+pub const MAX_REQUEST_HEAD_BYTES: usize = 16 * 1024;
+
+/// Answer to a connection refused because the listener already runs
+/// `max_handshakes_per_listener` handshakes.
+const REFUSED_BUSY: &[u8] =
+    b"HTTP/1.1 503 Service Unavailable\r\nConnection: close\r\nContent-Length: 0\r\n\r\n";
+/// Answer to a request head over [`MAX_REQUEST_HEAD_BYTES`].
+const REFUSED_HEAD_TOO_LONG: &[u8] = b"HTTP/1.1 431 Request Header Fields Too Large\r\nConnection: close\r\nContent-Length: 0\r\n\r\n";
+
+/// Reads the client's HTTP request head, up to and including the blank
+/// line (RFC 9112 section 2.1), plus whatever came in the same reads.
+/// Errors: the peer closed first, or the head is over
+/// [`MAX_REQUEST_HEAD_BYTES`] (`InvalidData`).
+async fn read_request_head(tcp: &mut TcpStream) -> std::io::Result<Vec<u8>> {
+    use tokio::io::AsyncReadExt;
+    let mut head = Vec::with_capacity(1024);
+    let mut chunk = [0u8; 2048];
+    loop {
+        let n = tcp.read(&mut chunk).await?;
+        if n == 0 {
+            return Err(std::io::ErrorKind::UnexpectedEof.into());
+        }
+        let from = head.len().saturating_sub(3);
+        head.extend_from_slice(&chunk[..n]);
+        if head[from..].windows(4).any(|w| w == b"\r\n\r\n") {
+            return Ok(head);
+        }
+        if head.len() >= MAX_REQUEST_HEAD_BYTES {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                format!("request head over {MAX_REQUEST_HEAD_BYTES} bytes"),
+            ));
+        }
+    }
+}
+
+/// A stream that first yields bytes already read from `inner` (the
+/// request head the listener read before the upgrade), then reads `inner`;
+/// writes go to `inner`.
+struct Prefixed<S> {
+    head: Vec<u8>,
+    pos: usize,
+    inner: S,
+}
+
+impl<S: AsyncRead + Unpin> AsyncRead for Prefixed<S> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        let this = &mut *self;
+        if this.pos < this.head.len() {
+            let n = buf.remaining().min(this.head.len() - this.pos);
+            buf.put_slice(&this.head[this.pos..this.pos + n]);
+            this.pos += n;
+            if this.pos == this.head.len() {
+                this.head = Vec::new();
+                this.pos = 0;
+            }
+            return Poll::Ready(Ok(()));
+        }
+        Pin::new(&mut this.inner).poll_read(cx, buf)
+    }
+}
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for Prefixed<S> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
+/// One accepted connection's upgrade. The request head must arrive within
+/// the handshake deadline (counted from accept); then the handshake waits
+/// for a backlog slot (a guest that does not accept pushes back here: the
+/// client gets no 101 until there is room), then tungstenite checks the
+/// request and answers it, within the deadline again.
 #[allow(clippy::result_large_err)] // the callback signature is tungstenite's
 async fn accept_one(
     ctx: Arc<HostCtx>,
-    tcp: TcpStream,
+    mut tcp: TcpStream,
     peer: SocketAddr,
     supported: Arc<Vec<String>>,
     shared: Arc<ListenerShared>,
 ) {
     let limits = &ctx.config.limits;
+    let head =
+        match tokio::time::timeout(limits.handshake_timeout, read_request_head(&mut tcp)).await {
+            Ok(Ok(head)) => head,
+            Ok(Err(e)) => {
+                if e.kind() == std::io::ErrorKind::InvalidData {
+                    let _ = tcp.try_write(REFUSED_HEAD_TOO_LONG);
+                }
+                tracing::info!(%peer, "rejected WebSocket handshake: {e}");
+                return;
+            }
+            Err(_) => {
+                tracing::info!(%peer, "WebSocket handshake timed out");
+                return;
+            }
+        };
+    shared
+        .room
+        .wait_until(|| {
+            let mut st = shared.lock();
+            let room = st.ready.len() + st.upgrading < shared.backlog;
+            st.upgrading += usize::from(room);
+            room
+        })
+        .await;
     let chosen = Arc::new(Mutex::new((String::new(), None::<String>)));
     let out = chosen.clone();
     let callback = move |request: &Request, mut response: Response| {
@@ -987,11 +1214,16 @@ async fn accept_one(
         *out.lock().unwrap() = (request.uri().to_string(), protocol);
         Ok(response)
     };
+    let stream = Prefixed {
+        head,
+        pos: 0,
+        inner: tcp,
+    };
     let handshake =
-        tokio_tungstenite::accept_hdr_async_with_config(tcp, callback, Some(ws_config(limits)));
+        tokio_tungstenite::accept_hdr_async_with_config(stream, callback, Some(ws_config(limits)));
     let result = tokio::time::timeout(limits.handshake_timeout, handshake).await;
     let mut st = shared.lock();
-    st.in_handshake -= 1;
+    st.upgrading -= 1;
     match result {
         Ok(Ok(ws)) => {
             let (path, protocol) = chosen.lock().unwrap().clone();
@@ -1013,21 +1245,29 @@ async fn accept_one(
     }
 }
 
+/// Accepts connections and runs their handshakes concurrently, at most
+/// `max_handshakes_per_listener` at once; past that, a new connection is
+/// answered 503 and closed at once, and the loop goes on. Handshakes never
+/// hold up the loop: only a full backlog of completed streams (a guest
+/// that does not accept) pauses it, and then the kernel's backlog pushes
+/// back. Dropping the loop (the listener) aborts every handshake.
 async fn accept_loop(
     ctx: Arc<HostCtx>,
     listener: tokio::net::TcpListener,
     supported: Arc<Vec<String>>,
     shared: Arc<ListenerShared>,
 ) {
+    let max_handshakes = ctx.config.limits.max_handshakes_per_listener.max(1);
+    let mut handshakes = tokio::task::JoinSet::new();
     loop {
-        shared
-            .room
-            .wait_until(|| {
-                let st = shared.lock();
-                st.ready.len() + st.in_handshake < shared.backlog
-            })
-            .await;
-        let (tcp, peer) = match listener.accept().await {
+        let accepted = tokio::select! {
+            Some(_) = handshakes.join_next(), if !handshakes.is_empty() => continue,
+            accepted = async {
+                shared.room.wait_until(|| shared.has_room()).await;
+                listener.accept().await
+            } => accepted,
+        };
+        let (tcp, peer) = match accepted {
             Ok(accepted) => accepted,
             Err(e) => {
                 // EMFILE and friends are not a dead listener: back off.
@@ -1036,12 +1276,17 @@ async fn accept_loop(
                 continue;
             }
         };
+        while handshakes.try_join_next().is_some() {}
+        if handshakes.len() >= max_handshakes {
+            let _ = tcp.try_write(REFUSED_BUSY);
+            tracing::debug!(%peer, max_handshakes, "refused: too many WebSocket handshakes in progress");
+            continue;
+        }
         if let Err(e) = net::accepted(&tcp) {
             tracing::warn!(%peer, "TCP_NODELAY failed: {e}");
             continue;
         }
-        shared.lock().in_handshake += 1;
-        tokio::spawn(accept_one(
+        handshakes.spawn(accept_one(
             ctx.clone(),
             tcp,
             peer,

@@ -13,6 +13,7 @@
 //! probe tcp-serve ADDR                 accept one connection, echo until EOF, half-close
 //! probe tcp-connect HOST:PORT          connect and report
 //! probe listen ADDR                    bind a WebSocket listener and report
+//! probe ws-serve-hold ADDR MS [CODE]   accept one stream (close it with CODE), receive until it ends, print close info, hold it MS ms
 //! probe spin [URL]                     (connect to URL, then) loop forever (runaway guest)
 //! probe alloc MIB                      allocate MIB mebibytes
 //! probe tcp-wakeups HOST:PORT CONNS    open CONNS connections, read each to EOF waiting on
@@ -50,6 +51,7 @@ fn main() -> ExitCode {
             },
         )
         .map(|l| println!("ok listening {}", l.local_address())),
+        "ws-serve-hold" => ws_serve_hold(arg(2), num(3) as u64, arg(4).parse().ok()),
         "spin" => spin(arg(2)),
         "alloc" => alloc(num(2)),
         "tcp-wakeups" => tcp_wakeups(arg(2), num(3)),
@@ -363,4 +365,47 @@ fn fail_holding(url: &str, how: &str) -> Result<(), ErrorCode> {
             )))
         }
     }
+}
+
+/// Accepts one WebSocket stream on `address`, closes it with `close_code`
+/// if given, receives until it ends, prints its close info, then keeps the
+/// stream for `hold_ms` before dropping it: the host must close the TCP
+/// connection when the closing handshake is done, not when the guest lets go.
+fn ws_serve_hold(address: &str, hold_ms: u64, close_code: Option<u16>) -> Result<(), ErrorCode> {
+    let listener = websocket::listen(
+        address,
+        &ListenOptions {
+            subprotocols: vec![],
+        },
+    )?;
+    let ready = listener.subscribe();
+    let stream = loop {
+        match listener.accept()? {
+            Some(stream) => break stream,
+            None => ready.block(),
+        }
+    };
+    if let Some(code) = close_code {
+        stream.close(code, "guest closes")?;
+    }
+    let rx = stream.subscribe_receive();
+    let mut count = 0u64;
+    let end = loop {
+        match stream.receive() {
+            Ok(Some(_)) => count += 1,
+            Ok(None) => rx.block(),
+            Err(e) => break e,
+        }
+    };
+    let info = stream.close_info().expect("an ended stream has close info");
+    println!(
+        "ok ended {} after {count} messages code={} reason={}",
+        sdk::error_kind(&end),
+        info.code,
+        info.reason
+    );
+    sdk::monotonic_clock::subscribe_duration(hold_ms * 1_000_000).block();
+    drop(stream);
+    println!("ok released");
+    Ok(())
 }

@@ -11,3 +11,4 @@ mod shutdown;
 mod readiness;
 mod tcp;
 mod websocket;
+mod ws_hostile;

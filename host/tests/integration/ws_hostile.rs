@@ -1,0 +1,634 @@
+//! Message streams against hostile peers: scripted raw-TCP peers that
+//! break RFC 6455, close with every kind of code, or stall their upgrade.
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use futures_util::{SinkExt, StreamExt};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
+
+use crate::common::*;
+
+/// A frame with FIN and opcode in `first` (RFC 6455 section 5.2), masked
+/// with a fixed key when `mask` (client to server).
+fn frame(first: u8, payload: &[u8], mask: bool) -> Vec<u8> {
+    let mut out = vec![first];
+    let bit = if mask { 0x80 } else { 0 };
+    match payload.len() {
+        n if n < 126 => out.push(bit | n as u8),
+        n if n <= 0xffff => {
+            out.push(bit | 126);
+            out.extend_from_slice(&(n as u16).to_be_bytes());
+        }
+        n => {
+            out.push(bit | 127);
+            out.extend_from_slice(&(n as u64).to_be_bytes());
+        }
+    }
+    if mask {
+        let key = [0x12, 0x34, 0x56, 0x78];
+        out.extend_from_slice(&key);
+        out.extend(payload.iter().enumerate().map(|(i, b)| b ^ key[i % 4]));
+    } else {
+        out.extend_from_slice(payload);
+    }
+    out
+}
+
+/// A close frame's payload: the code, then the reason.
+fn close_payload(code: u16, reason: &str) -> Vec<u8> {
+    let mut p = code.to_be_bytes().to_vec();
+    p.extend_from_slice(reason.as_bytes());
+    p
+}
+
+/// Reads one frame: (first byte, unmasked payload); `None` at EOF or reset.
+async fn read_frame(tcp: &mut TcpStream) -> Option<(u8, Vec<u8>)> {
+    let mut head = [0u8; 2];
+    tcp.read_exact(&mut head).await.ok()?;
+    let len = match head[1] & 0x7f {
+        126 => {
+            let mut b = [0u8; 2];
+            tcp.read_exact(&mut b).await.ok()?;
+            u16::from_be_bytes(b) as usize
+        }
+        127 => {
+            let mut b = [0u8; 8];
+            tcp.read_exact(&mut b).await.ok()?;
+            u64::from_be_bytes(b) as usize
+        }
+        n => n as usize,
+    };
+    let mut key = [0u8; 4];
+    if head[1] & 0x80 != 0 {
+        tcp.read_exact(&mut key).await.ok()?;
+    }
+    let mut payload = vec![0u8; len];
+    tcp.read_exact(&mut payload).await.ok()?;
+    for (i, b) in payload.iter_mut().enumerate() {
+        *b ^= key[i % 4];
+    }
+    Some((head[0], payload))
+}
+
+/// Reads frames until a close frame: its code (1005 for none) and reason.
+/// `None` when the connection ended without one.
+async fn read_close(tcp: &mut TcpStream) -> Option<(u16, String)> {
+    loop {
+        let (first, payload) = read_frame(tcp).await?;
+        if first & 0x0f == 0x8 {
+            if payload.len() < 2 {
+                return Some((1005, String::new()));
+            }
+            let code = u16::from_be_bytes([payload[0], payload[1]]);
+            return Some((code, String::from_utf8_lossy(&payload[2..]).into_owned()));
+        }
+    }
+}
+
+/// How long until the peer closes the connection (EOF or reset), at most
+/// `limit`; the bytes read on the way are discarded.
+async fn time_to_eof(tcp: &mut TcpStream, limit: Duration) -> Option<Duration> {
+    let t0 = Instant::now();
+    let mut buf = [0u8; 4096];
+    tokio::time::timeout(limit, async {
+        while let Ok(n) = tcp.read(&mut buf).await {
+            if n == 0 {
+                break;
+            }
+        }
+    })
+    .await
+    .ok()?;
+    Some(t0.elapsed())
+}
+
+/// Reads an HTTP head (up to the blank line).
+async fn read_head(tcp: &mut TcpStream) -> String {
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        assert_eq!(tcp.read(&mut byte).await.unwrap(), 1, "EOF inside the head");
+        head.push(byte[0]);
+    }
+    String::from_utf8(head).unwrap()
+}
+
+/// Server side of the upgrade on a raw socket (RFC 6455 section 4.2).
+async fn raw_accept(tcp: &mut TcpStream) {
+    let head = read_head(tcp).await;
+    let key = head
+        .lines()
+        .find_map(|l| {
+            let (name, value) = l.split_once(':')?;
+            name.eq_ignore_ascii_case("sec-websocket-key")
+                .then(|| value.trim().to_string())
+        })
+        .expect("a Sec-WebSocket-Key");
+    let answer = format!(
+        "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: {}\r\n\r\n",
+        derive_accept_key(key.as_bytes())
+    );
+    tcp.write_all(answer.as_bytes()).await.unwrap();
+}
+
+/// A TCP connection to `addr`, retried until the guest's listener is up
+/// (at most 5 s).
+async fn connect_when_up(addr: SocketAddr) -> TcpStream {
+    let t0 = Instant::now();
+    loop {
+        match TcpStream::connect(addr).await {
+            Ok(tcp) => return tcp,
+            Err(_) if t0.elapsed() < Duration::from_secs(5) => {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            Err(e) => panic!("the guest's listener at {addr} never came up: {e}"),
+        }
+    }
+}
+
+/// Client side of the upgrade on a raw socket, once the guest listens.
+async fn raw_upgrade(addr: SocketAddr) -> TcpStream {
+    let mut tcp = connect_when_up(addr).await;
+    tcp.set_nodelay(true).unwrap();
+    tcp.write_all(
+        format!(
+            "GET /hostile HTTP/1.1\r\nHost: {addr}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
+        )
+        .as_bytes(),
+    )
+    .await
+    .unwrap();
+    let head = read_head(&mut tcp).await;
+    assert!(head.starts_with("HTTP/1.1 101"), "{head}");
+    tcp
+}
+
+/// What a scripted peer saw after its bytes: the host's close frame, and
+/// how long the TCP connection stayed open after it.
+#[derive(Debug)]
+struct PeerSaw {
+    close: Option<(u16, String)>,
+    eof_after_close: Option<Duration>,
+}
+
+/// A server that upgrades one connection, sends `bytes`, then reports the
+/// host's close frame and, when `wait_eof`, how long the TCP connection
+/// stayed open after it (never answering the close itself); otherwise it
+/// closes the connection once it has the host's close frame.
+fn scripted_server(
+    bytes: Vec<u8>,
+    wait_eof: bool,
+) -> (SocketAddr, tokio::sync::oneshot::Receiver<PeerSaw>) {
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let slot = std::sync::Mutex::new(Some((bytes, tx)));
+    let addr = tcp_server(move |mut tcp| {
+        let job = slot.lock().unwrap().take();
+        async move {
+            let Some((bytes, tx)) = job else { return };
+            raw_accept(&mut tcp).await;
+            tcp.write_all(&bytes).await.unwrap();
+            let close = tokio::time::timeout(Duration::from_secs(5), read_close(&mut tcp))
+                .await
+                .ok()
+                .flatten();
+            let eof_after_close = if wait_eof {
+                time_to_eof(&mut tcp, Duration::from_secs(5)).await
+            } else {
+                None
+            };
+            let _ = tx.send(PeerSaw {
+                close,
+                eof_after_close,
+            });
+        }
+    });
+    (addr, rx)
+}
+
+/// Violations a peer can commit, each with the close code RFC 6455
+/// section 7.4.1 requires. `mask` is how a well-behaved peer of that role
+/// masks (servers never, clients always).
+fn violations(mask: bool) -> Vec<(&'static str, Vec<u8>, u16)> {
+    let f = |first, payload: &[u8]| frame(first, payload, mask);
+    let cat = |parts: Vec<Vec<u8>>| parts.concat();
+    vec![
+        ("text not UTF-8 (81 01 80)", f(0x81, &[0x80]), 1007),
+        (
+            "fragmented text not UTF-8",
+            cat(vec![f(0x01, &[0xe2]), f(0x80, &[0x28, 0xa1])]),
+            1007,
+        ),
+        (
+            "close reason not UTF-8",
+            f(0x88, &[0x03, 0xe8, 0xff, 0xfe]),
+            1007,
+        ),
+        ("RSV1 without an extension", f(0xc1, b"a"), 1002),
+        ("reserved data opcode 3", f(0x83, b""), 1002),
+        ("reserved control opcode 11", f(0x8b, b""), 1002),
+        ("fragmented ping", f(0x09, b""), 1002),
+        ("ping of 126 bytes", f(0x89, &[7; 126]), 1002),
+        ("continuation with nothing to continue", f(0x80, b"a"), 1002),
+        (
+            "new message inside a fragmented one",
+            cat(vec![f(0x01, b"a"), f(0x81, b"b")]),
+            1002,
+        ),
+        ("close with a 1-byte body", f(0x88, &[0x03]), 1002),
+        ("message over the limit", f(0x82, &[9; 2048]), 1009),
+        (
+            "masking the wrong way",
+            frame(0x82, b"wrong mask", !mask),
+            1002,
+        ),
+    ]
+}
+
+fn hostile_config() -> tether_host::Config {
+    let mut c = local_config();
+    c.limits.max_message_bytes = 1024;
+    // Long: a connection that closes fast did not just time out.
+    c.limits.handshake_timeout = Duration::from_secs(10);
+    c
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn client_streams_send_the_close_code_of_each_protocol_error() {
+    tokio::time::timeout(Duration::from_secs(120), async {
+        let runner = runner(hostile_config());
+        for (name, bytes, code) in violations(false) {
+            let (addr, saw) = scripted_server(bytes, true);
+            let out = echo(&runner, &["client", &format!("ws://{addr}/")]).await;
+            let saw = saw.await.unwrap();
+            assert_eq!(
+                saw.close.as_ref().map(|c| c.0),
+                Some(code),
+                "{name}: the host must send close {code} before closing TCP; peer saw {saw:?}; {}",
+                show(&out)
+            );
+            assert!(
+                saw.eof_after_close.is_some(),
+                "{name}: TCP stayed open after the close frame: {saw:?}"
+            );
+            assert!(
+                out.stdout_text().contains(&format!("close={code} ")),
+                "{name}: close-info must report the code sent ({code}): {}",
+                show(&out)
+            );
+        }
+    })
+    .await
+    .expect("test deadline");
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn server_streams_send_the_close_code_of_each_protocol_error() {
+    // The guest holds each failed stream for 1.5 s: the host closes TCP right
+    // after its close frame anyway (RFC 6455 section 7.1.7).
+    tokio::time::timeout(Duration::from_secs(180), async {
+        let runner = runner(hostile_config());
+        for (name, bytes, code) in violations(true) {
+            let listen = format!("127.0.0.1:{}", closed_port());
+            let guest = probe(&runner, &["ws-serve-hold", &listen, "1500"]);
+            let peer = peer_runtime().spawn({
+                let addr: SocketAddr = listen.parse().unwrap();
+                async move {
+                    let mut tcp = raw_upgrade(addr).await;
+                    tcp.write_all(&bytes).await.unwrap();
+                    let close = tokio::time::timeout(Duration::from_secs(5), read_close(&mut tcp))
+                        .await
+                        .ok()
+                        .flatten();
+                    let eof_after_close = time_to_eof(&mut tcp, Duration::from_secs(5)).await;
+                    PeerSaw {
+                        close,
+                        eof_after_close,
+                    }
+                }
+            });
+            let (out, saw) = tokio::join!(guest, peer);
+            let saw = saw.unwrap();
+            assert_eq!(
+                saw.close.as_ref().map(|c| c.0),
+                Some(code),
+                "{name}: peer saw {saw:?}; {}",
+                show(&out)
+            );
+            let eof = saw
+                .eof_after_close
+                .unwrap_or_else(|| panic!("{name}: TCP stayed open after the close frame"));
+            assert!(
+                eof < Duration::from_secs(1),
+                "{name}: TCP closed {eof:?} after the close frame, while the guest held the stream"
+            );
+            assert!(
+                out.stdout_text().contains(&format!("code={code} ")),
+                "{name}: close-info must report the code sent ({code}): {}",
+                show(&out)
+            );
+        }
+    })
+    .await
+    .expect("test deadline");
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn registered_close_codes_reach_the_guest_unchanged() {
+    // Every code the IANA registry assigns for use in a frame (1000-1003,
+    // 1007-1014) and every code in 3000-4999 reaches the guest as sent, and
+    // the host's reply echoes it (RFC 6455 section 5.5.1); every other code
+    // is a protocol error: the reply and the guest's close-info say 1002.
+    let valid = [
+        1000u16, 1001, 1002, 1003, 1007, 1008, 1009, 1010, 1011, 1012, 1013, 1014, 3000, 3999,
+        4000, 4999,
+    ];
+    let invalid = [
+        0u16, 999, 1004, 1005, 1006, 1015, 1016, 1100, 2000, 2999, 5000, 65535,
+    ];
+    tokio::time::timeout(Duration::from_secs(120), async {
+        let runner = runner(local_config());
+        let cases = valid
+            .iter()
+            .map(|&c| (c, c))
+            .chain(invalid.iter().map(|&c| (c, 1002)));
+        for (sent, want) in cases {
+            let payload = close_payload(sent, "upstream down");
+            let (addr, saw) = scripted_server(frame(0x88, &payload, false), false);
+            let out = echo(&runner, &["client", &format!("ws://{addr}/")]).await;
+            let saw = saw.await.unwrap();
+            assert_eq!(
+                saw.close.as_ref().map(|c| c.0),
+                Some(want),
+                "peer closed with {sent}: the host must answer {want}; {saw:?}"
+            );
+            let reason = if sent == want {
+                "upstream down"
+            } else {
+                "Protocol violation"
+            };
+            assert!(
+                out.stdout_text()
+                    .contains(&format!("close={want} reason={reason}")),
+                "peer closed with {sent}: the guest must see {want}: {}",
+                show(&out)
+            );
+        }
+        // The listener side: a client's 1014 reaches the server guest.
+        let listen = format!("127.0.0.1:{}", closed_port());
+        let guest = probe(&runner, &["ws-serve-hold", &listen, "0"]);
+        let peer = peer_runtime().spawn({
+            let addr: SocketAddr = listen.parse().unwrap();
+            async move {
+                let mut tcp = raw_upgrade(addr).await;
+                tcp.write_all(&frame(0x88, &close_payload(1014, "upstream down"), true))
+                    .await
+                    .unwrap();
+                read_close(&mut tcp).await
+            }
+        });
+        let (out, reply) = tokio::join!(guest, peer);
+        assert_eq!(
+            reply.unwrap(),
+            Some((1014, "upstream down".to_string())),
+            "{}",
+            show(&out)
+        );
+        assert!(
+            out.stdout_text()
+                .contains("ok ended closed after 0 messages code=1014 reason=upstream down"),
+            "{}",
+            show(&out)
+        );
+    })
+    .await
+    .expect("test deadline");
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn server_closes_tcp_right_after_the_closing_handshake() {
+    // RFC 6455 section 7.1.1: the server closes the TCP connection first, as
+    // soon as the closing handshake is done. The guest holds the stream for
+    // 2 s after it ended; the FIN must come within 10 ms regardless. Both
+    // directions: the client closes first, then the guest does.
+    tokio::time::timeout(Duration::from_secs(60), async {
+        let runner = runner(hostile_config());
+        for guest_closes in [false, true] {
+            let listen = format!("127.0.0.1:{}", closed_port());
+            let mut args = vec!["ws-serve-hold", listen.as_str(), "2000"];
+            if guest_closes {
+                args.push("4000");
+            }
+            let guest = probe(&runner, &args);
+            let peer = peer_runtime().spawn({
+                let addr: SocketAddr = listen.parse().unwrap();
+                async move {
+                    let mut tcp = raw_upgrade(addr).await;
+                    let mask = true;
+                    if guest_closes {
+                        let got = read_close(&mut tcp).await;
+                        assert_eq!(got.map(|c| c.0), Some(4000));
+                        tcp.write_all(&frame(0x88, &close_payload(4000, ""), mask))
+                            .await
+                            .unwrap();
+                        time_to_eof(&mut tcp, Duration::from_secs(5)).await
+                    } else {
+                        tcp.write_all(&frame(0x88, &close_payload(1000, "bye"), mask))
+                            .await
+                            .unwrap();
+                        let got = read_close(&mut tcp).await;
+                        assert_eq!(got.map(|c| c.0), Some(1000));
+                        time_to_eof(&mut tcp, Duration::from_secs(5)).await
+                    }
+                }
+            });
+            let t0 = Instant::now();
+            let (out, fin) = tokio::join!(guest, peer);
+            assert!(out.success(), "{}", show(&out));
+            assert!(
+                t0.elapsed() >= Duration::from_secs(2),
+                "the guest must have held the stream"
+            );
+            let fin = fin
+                .unwrap()
+                .expect("no FIN within 5 s of the closing handshake");
+            assert!(
+                fin < Duration::from_millis(10),
+                "guest_closes={guest_closes}: FIN {fin:?} after the closing handshake, want < 10 ms"
+            );
+        }
+    })
+    .await
+    .expect("test deadline");
+}
+
+/// A connection that sends part of an upgrade request and stops
+/// (`trickle` = false) or keeps sending a header one byte every 250 ms
+/// and never ends it. Reports how long until the host closed it.
+fn hostile_upgrade(addr: SocketAddr, trickle: bool) -> tokio::task::JoinHandle<Option<Duration>> {
+    peer_runtime().spawn(async move {
+        let t0 = Instant::now();
+        let mut tcp = TcpStream::connect(addr).await.ok()?;
+        tcp.write_all(b"GET / HTTP/1.1\r\nX-Slow: ").await.ok()?;
+        let mut buf = [0u8; 256];
+        loop {
+            let tick = tokio::time::sleep(Duration::from_millis(250));
+            tokio::select! {
+                n = tcp.read(&mut buf) => match n {
+                    Ok(0) | Err(_) => return Some(t0.elapsed()),
+                    Ok(_) => continue,
+                },
+                () = tick, if trickle => {
+                    if tcp.write_all(b"a").await.is_err() {
+                        return Some(t0.elapsed());
+                    }
+                }
+            }
+            if t0.elapsed() > Duration::from_secs(20) {
+                return None;
+            }
+        }
+    })
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn stalled_handshakes_never_hold_up_the_listener() {
+    // 1,000 connections stall their upgrade (500 silent, 500 trickling a
+    // header forever); a well-behaved client still upgrades in < 100 ms,
+    // and every stalled connection is cut at the 2 s deadline +/- 0.5 s.
+    const STALLED: usize = 1000;
+    let deadline = Duration::from_secs(2);
+    tokio::time::timeout(Duration::from_secs(60), async {
+        let mut config = local_config();
+        config.limits.handshake_timeout = deadline;
+        let runner = runner(config);
+        let listen = format!("127.0.0.1:{}", closed_port());
+        let addr: SocketAddr = listen.parse().unwrap();
+        let guest = echo(&runner, &["server", &listen, "1"]);
+        let test = async {
+            // Up once a connection gets through (closed before its upgrade,
+            // so the echo guest never sees it).
+            drop(connect_when_up(addr).await);
+            let stalled: Vec<_> = (0..STALLED)
+                .map(|i| hostile_upgrade(addr, i % 2 == 1))
+                .collect();
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            let good = peer_runtime().spawn(async move {
+                let t0 = Instant::now();
+                let (mut ws, _) = tokio_tungstenite::connect_async(format!("ws://{addr}/good"))
+                    .await
+                    .unwrap();
+                let upgrade = t0.elapsed();
+                ws.send(Message::Text("hi".into())).await.unwrap();
+                let echoed = ws.next().await.unwrap().unwrap();
+                (upgrade, echoed, ws)
+            });
+            let (upgrade, echoed, mut ws) = good.await.unwrap();
+            let mut closed = Vec::new();
+            for s in stalled {
+                closed.push(s.await.unwrap());
+            }
+            ws.close(None).await.unwrap();
+            while ws.next().await.is_some() {}
+            (upgrade, echoed, closed)
+        };
+        let (out, (upgrade, echoed, closed)) = tokio::join!(guest, test);
+        assert!(out.success(), "{}", show(&out));
+        assert_eq!(echoed, Message::Text("hi".into()));
+        assert!(
+            upgrade < Duration::from_millis(100),
+            "the good client's upgrade took {upgrade:?} behind {STALLED} stalled ones"
+        );
+        let mut times: Vec<Duration> = closed
+            .iter()
+            .map(|c| c.expect("a stalled connection was never closed"))
+            .collect();
+        times.sort();
+        let (first, last) = (times[0], times[times.len() - 1]);
+        assert!(
+            first >= deadline - Duration::from_millis(500)
+                && last <= deadline + Duration::from_millis(500),
+            "stalled connections closed between {first:?} and {last:?}, want {deadline:?} +/- 0.5 s"
+        );
+    })
+    .await
+    .expect("test deadline");
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn handshakes_past_the_bound_are_refused_at_once() {
+    // At most 8 handshakes at once: 8 stalled connections fill the bound;
+    // further connections are refused at once (503, closed) while the
+    // listener keeps accepting, and once the stalled ones are cut at their
+    // deadline a good client upgrades.
+    let deadline = Duration::from_secs(1);
+    tokio::time::timeout(Duration::from_secs(30), async {
+        let mut config = local_config();
+        config.limits.handshake_timeout = deadline;
+        config.limits.max_handshakes_per_listener = 8;
+        let runner = runner(config);
+        let listen = format!("127.0.0.1:{}", closed_port());
+        let addr: SocketAddr = listen.parse().unwrap();
+        let guest = echo(&runner, &["server", &listen, "1"]);
+        let test = async {
+            drop(connect_when_up(addr).await);
+            // The probe connection's handshake slot is free again.
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            let stalled: Vec<_> = (0..8).map(|_| hostile_upgrade(addr, false)).collect();
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            let mut refused = Vec::new();
+            for _ in 0..20 {
+                refused.push(
+                    peer_runtime()
+                        .spawn(async move {
+                            let mut tcp = TcpStream::connect(addr).await.unwrap();
+                            let mut answer = Vec::new();
+                            let t0 = Instant::now();
+                            let _ = tokio::time::timeout(
+                                Duration::from_secs(5),
+                                tcp.read_to_end(&mut answer),
+                            )
+                            .await;
+                            (t0.elapsed(), String::from_utf8_lossy(&answer).into_owned())
+                        })
+                        .await
+                        .unwrap(),
+                );
+            }
+            for s in stalled {
+                s.await
+                    .unwrap()
+                    .expect("a stalled connection was never closed");
+            }
+            let good = peer_runtime().spawn(async move {
+                let (mut ws, _) = tokio_tungstenite::connect_async(format!("ws://{addr}/good"))
+                    .await
+                    .unwrap();
+                ws.send(Message::Text("hi".into())).await.unwrap();
+                let echoed = ws.next().await.unwrap().unwrap();
+                ws.close(None).await.unwrap();
+                while ws.next().await.is_some() {}
+                echoed
+            });
+            (refused, good.await.unwrap())
+        };
+        let (out, (refused, echoed)) = tokio::join!(guest, test);
+        assert!(out.success(), "{}", show(&out));
+        assert_eq!(echoed, Message::Text("hi".into()));
+        for (elapsed, answer) in refused {
+            assert!(
+                elapsed < Duration::from_millis(200),
+                "a connection past the bound waited {elapsed:?} to be refused"
+            );
+            assert!(
+                answer.starts_with("HTTP/1.1 503"),
+                "refused with `{answer}`"
+            );
+        }
+    })
+    .await
+    .expect("test deadline");
+}
