@@ -10,6 +10,29 @@
 
 use std::path::{Path, PathBuf};
 
+/// The tests of a crate's `tests/fuzz_corpus.rs`, invoked at its root
+/// after `mod checks` (the crate's `fuzz/checks.rs`) and `mod
+/// fuzz_replay` (this file): one `#[test]` per named target replaying its
+/// corpus, and one checking that the corpus folders are the targets.
+macro_rules! corpus_tests {
+    ($($target:ident),+ $(,)?) => {
+        const DIR: &str = env!("CARGO_MANIFEST_DIR");
+
+        #[test]
+        fn corpus_folders_are_the_targets() {
+            fuzz_replay::folders_are(DIR, checks::TARGETS);
+        }
+
+        $(
+            #[test]
+            fn $target() {
+                fuzz_replay::replay(DIR, stringify!($target), checks::run);
+            }
+        )+
+    };
+}
+pub(crate) use corpus_tests;
+
 /// Runs every file of `<crate>/fuzz/corpus/<target>` through `run(target,
 /// bytes)`; fails naming each input whose check panics.
 pub fn replay(manifest_dir: &str, target: &str, run: fn(&str, &[u8])) {

@@ -10,7 +10,7 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use arbitrary::{Arbitrary, Unstructured};
+use arbitrary::{Result, Unstructured};
 use tether_jmux::proxy::http::{self, ProxyRequest};
 use tether_jmux::proxy::socks5::{self, Socks5Handshake};
 use tether_jmux::{
@@ -124,7 +124,7 @@ fn decode_all<'a>(chunks: impl Iterator<Item = &'a [u8]>) -> (Vec<Message>, bool
 /// One step of the `session` target: a message from the peer (played by
 /// the check, which keeps its own view of every window) or a call by the
 /// local driver.
-#[derive(Arbitrary, Debug)]
+#[derive(Debug)]
 enum Step {
     /// The peer opens a channel.
     PeerOpen {
@@ -194,7 +194,65 @@ enum Step {
     Tick(u16),
 }
 
-#[derive(Arbitrary, Debug)]
+impl Step {
+    /// One step from the fuzzer's bytes (`arbitrary` without its derive,
+    /// whose feature would rebuild wasmtime, see Cargo.toml).
+    fn read(u: &mut Unstructured) -> Result<Step> {
+        Ok(match u.choose_index(19)? {
+            0 => Step::PeerOpen {
+                window: u.arbitrary()?,
+                max_packet: u.arbitrary()?,
+            },
+            1 => Step::PeerOpenSuccess {
+                ch: u.arbitrary()?,
+                window: u.arbitrary()?,
+                max_packet: u.arbitrary()?,
+            },
+            2 => Step::PeerOpenFailure {
+                ch: u.arbitrary()?,
+                reason: u.arbitrary()?,
+            },
+            3 => Step::PeerAdjust {
+                ch: u.arbitrary()?,
+                amount: u.arbitrary()?,
+            },
+            4 => Step::PeerData {
+                ch: u.arbitrary()?,
+                len: u.arbitrary()?,
+            },
+            5 => Step::PeerDataAny {
+                id: u.arbitrary()?,
+                len: u.arbitrary()?,
+            },
+            6 => Step::PeerEof { ch: u.arbitrary()? },
+            7 => Step::PeerClose { ch: u.arbitrary()? },
+            8 => Step::PeerStray {
+                id: u.arbitrary()?,
+                kind: u.arbitrary()?,
+            },
+            9 => Step::Open,
+            10 => Step::Accept(u.arbitrary()?),
+            11 => Step::Reject(u.arbitrary()?),
+            12 => Step::Send {
+                ch: u.arbitrary()?,
+                len: u.arbitrary()?,
+            },
+            13 => Step::Recv {
+                ch: u.arbitrary()?,
+                len: u.arbitrary()?,
+            },
+            14 => Step::Shutdown(u.arbitrary()?),
+            15 => Step::Abort(u.arbitrary()?),
+            16 => Step::Flush {
+                partial: u.arbitrary()?,
+            },
+            17 => Step::DrainAll,
+            _ => Step::Tick(u.arbitrary()?),
+        })
+    }
+}
+
+#[derive(Debug)]
 struct SessionInput {
     initial_window: u32,
     max_packet_size: u16,
@@ -204,6 +262,26 @@ struct SessionInput {
     sender_capacity: u16,
     open_timeout_ms: Option<u8>,
     steps: Vec<Step>,
+}
+
+impl SessionInput {
+    fn read(data: &[u8]) -> Result<SessionInput> {
+        let mut u = Unstructured::new(data);
+        let mut input = SessionInput {
+            initial_window: u.arbitrary()?,
+            max_packet_size: u.arbitrary()?,
+            receive_budget: u.arbitrary()?,
+            max_channels: u.arbitrary()?,
+            window_adjust_threshold: u.arbitrary()?,
+            sender_capacity: u.arbitrary()?,
+            open_timeout_ms: u.arbitrary()?,
+            steps: Vec::new(),
+        };
+        while !u.is_empty() {
+            input.steps.push(Step::read(&mut u)?);
+        }
+        Ok(input)
+    }
 }
 
 /// What the peer knows about one channel of ours (keyed by our id, the
@@ -530,7 +608,7 @@ impl SessionCheck {
 /// drain the peer's view of every window and credit equals the session's;
 /// the output buffer stays bounded and never waits without a deadline.
 pub fn session(data: &[u8]) {
-    let Ok(input) = SessionInput::arbitrary_take_rest(Unstructured::new(data)) else {
+    let Ok(input) = SessionInput::read(data) else {
         return;
     };
     let config = Config {

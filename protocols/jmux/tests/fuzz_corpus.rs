@@ -8,29 +8,4 @@ mod checks;
 #[path = "../../fuzz_replay.rs"]
 mod fuzz_replay;
 
-const DIR: &str = env!("CARGO_MANIFEST_DIR");
-
-#[test]
-fn corpus_folders_are_the_targets() {
-    fuzz_replay::folders_are(DIR, checks::TARGETS);
-}
-
-#[test]
-fn decode_corpus() {
-    fuzz_replay::replay(DIR, "decode", checks::run);
-}
-
-#[test]
-fn session_corpus() {
-    fuzz_replay::replay(DIR, "session", checks::run);
-}
-
-#[test]
-fn socks5_corpus() {
-    fuzz_replay::replay(DIR, "socks5", checks::run);
-}
-
-#[test]
-fn http_proxy_corpus() {
-    fuzz_replay::replay(DIR, "http_proxy", checks::run);
-}
+fuzz_replay::corpus_tests!(decode, session, socks5, http_proxy);
