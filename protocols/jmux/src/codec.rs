@@ -733,7 +733,9 @@ impl Decoder {
 /// Parsing splits at the first `://`, then at the **last** `:`; IPv6
 /// literals appear without brackets (`tcp://::1:22` is host `::1`, port 22).
 /// One pair of enclosing brackets around the host is tolerated and removed
-/// (`tcp://[::1]:22` parses like `tcp://::1:22`). Only the `tcp` scheme is
+/// (`tcp://[::1]:22` parses like `tcp://::1:22`) when the host has no
+/// other bracket, so a parsed destination prints as a URL that parses to
+/// it again. Only the `tcp` scheme is
 /// defined by the spec; other schemes parse fine and are for the caller to
 /// refuse (with [`ReasonCode::AddressTypeNotSupported`]).
 ///
@@ -781,9 +783,12 @@ impl Destination {
         let (host, port) = rest
             .rsplit_once(':')
             .ok_or_else(|| err(DestinationErrorKind::MissingPort))?;
+        // Only an outermost pair goes, so that printing and parsing again
+        // gives the same host (`[[a]]` stays as it is, not `[a]` then `a`).
         let host = host
             .strip_prefix('[')
             .and_then(|h| h.strip_suffix(']'))
+            .filter(|h| !h.contains(['[', ']']))
             .unwrap_or(host);
         if host.is_empty() {
             return Err(err(DestinationErrorKind::EmptyHost));
@@ -1174,6 +1179,23 @@ mod tests {
             Destination::parse("tcp://::1").unwrap(),
             Destination::tcp(":", 1)
         );
+    }
+
+    /// Found by the `decode` fuzz target: `tcp://[[a]]:1` parsed to host
+    /// `[a]`, which printed as `tcp://[a]:1` and parsed again to `a`.
+    #[test]
+    fn a_parsed_destination_prints_as_a_url_that_parses_to_it() {
+        for url in [
+            "tcp://[[a]]:1",
+            "tcp://[a]]:1",
+            "tcp://[[::1]:2",
+            "tcp://[::1]:22",
+        ] {
+            let d = Destination::parse(url).unwrap();
+            assert_eq!(Destination::parse(&d.to_string()), Ok(d), "{url}");
+        }
+        assert_eq!(Destination::parse("tcp://[[a]]:1").unwrap().host, "[[a]]");
+        assert_eq!(Destination::parse("tcp://[a]:1").unwrap().host, "a");
     }
 
     pub(crate) fn arb_message() -> impl Strategy<Value = Message> {
