@@ -514,7 +514,7 @@ impl Proxy {
                 Event::OpenRequest { id, destination } => self.on_open_request(id, destination),
                 Event::Opened { id } => {
                     // The client socket keeps the channel in use until it
-                    // is gone (see `pump_write`).
+                    // is gone (see `release_if_gone`).
                     let _ = self.session.hold(id);
                     if let Some(chan) = self.chan(id) {
                         chan.opened = true;
@@ -633,7 +633,7 @@ impl Proxy {
                 Ok(parts) => {
                     if self.session.accept(id).is_ok() {
                         // The target socket keeps the channel in use until
-                        // it is gone (see `pump_write`).
+                        // it is gone (see `release_if_gone`).
                         let _ = self.session.hold(id);
                         self.insert_chan(
                             id,
@@ -941,6 +941,9 @@ impl Proxy {
                     Err(StreamError::LastOperationFailed(_)) => chan.failed = true,
                 }
             }
+            // More next time the input pollable fires (at once if bytes
+            // are left): a lingering socket never keeps the loop busy.
+            chan.readable = false;
             return Ok(());
         }
         for _ in 0..READS_PER_TURN {

@@ -1528,9 +1528,9 @@ impl StuckTarget {
 /// opens a channel, fills its window towards a target that never reads,
 /// closes, and repeats. The driver holds each channel while its socket
 /// still holds bytes. Held channels count against `max_channels` after
-/// CLOSE went both ways, so OPENs past the cap get OPEN FAILURE (reason
-/// 1) and buffered input stays within the receive budget; releasing one
-/// frees its id (`Closed`) and the next OPEN is accepted.
+/// CLOSE went both ways, so OPENs past the cap get OPEN FAILURE with
+/// reason 1 and buffered input stays within the receive budget;
+/// releasing one frees its id (`Closed`) and the next OPEN is accepted.
 #[test]
 fn a_held_channel_counts_against_the_cap_and_budget_until_released() {
     const CAP: u32 = 4;
