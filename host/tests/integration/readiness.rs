@@ -45,7 +45,10 @@ async fn message_streams_and_listeners_are_level_triggered_and_forgotten_on_drop
         vec![(100, Interest::Accept)],
         "level-triggered: reported again until the stream is accepted"
     );
-    let stream = listener.accept().expect("accept").expect("an accepted stream");
+    let stream = listener
+        .accept()
+        .expect("accept")
+        .expect("an accepted stream");
     assert_eq!(set.take_ready(8), vec![], "accepted: no longer ready");
 
     set.register_message_stream(&stream, Interest::Receive, 1)
