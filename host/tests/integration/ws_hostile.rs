@@ -11,6 +11,7 @@ use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
 
 use crate::common::*;
+use tether_host::runner::Outcome;
 
 /// A frame with FIN and opcode in `first` (RFC 6455 section 5.2), masked
 /// with a fixed key when `mask` (client to server).
@@ -190,23 +191,53 @@ fn scripted_server(
         async move {
             let Some((bytes, tx)) = job else { return };
             raw_accept(&mut tcp).await;
-            tcp.write_all(&bytes).await.unwrap();
-            let close = tokio::time::timeout(Duration::from_secs(5), read_close(&mut tcp))
-                .await
-                .ok()
-                .flatten();
-            let eof_after_close = if wait_eof {
-                time_to_eof(&mut tcp, Duration::from_secs(5)).await
-            } else {
-                None
-            };
-            let _ = tx.send(PeerSaw {
-                close,
-                eof_after_close,
-            });
+            let _ = tx.send(send_and_observe(&mut tcp, &bytes, wait_eof).await);
         }
     });
     (addr, rx)
+}
+
+/// Sends `bytes`, then reads the host's close frame and, when `wait_eof`,
+/// times the TCP close after it (never answering the close itself).
+async fn send_and_observe(tcp: &mut TcpStream, bytes: &[u8], wait_eof: bool) -> PeerSaw {
+    tcp.write_all(bytes).await.unwrap();
+    let close = tokio::time::timeout(Duration::from_secs(5), read_close(tcp))
+        .await
+        .ok()
+        .flatten();
+    let eof_after_close = if wait_eof {
+        time_to_eof(tcp, Duration::from_secs(5)).await
+    } else {
+        None
+    };
+    PeerSaw {
+        close,
+        eof_after_close,
+    }
+}
+
+/// The host failed the connection with `code`: the peer got that close
+/// frame, then the TCP close within 1 s (the guest may still hold the
+/// stream), and the guest's output shows `{label}{code}` as its close-info.
+fn assert_failed_with(name: &str, code: u16, saw: &PeerSaw, out: &Outcome, label: &str) {
+    assert_eq!(
+        saw.close.as_ref().map(|c| c.0),
+        Some(code),
+        "{name}: the host must send close {code} before closing TCP; peer saw {saw:?}; {}",
+        show(out)
+    );
+    let eof = saw
+        .eof_after_close
+        .unwrap_or_else(|| panic!("{name}: TCP stayed open after the close frame"));
+    assert!(
+        eof < Duration::from_secs(1),
+        "{name}: TCP closed {eof:?} after the close frame"
+    );
+    assert!(
+        out.stdout_text().contains(&format!("{label}{code} ")),
+        "{name}: close-info must report the code sent ({code}): {}",
+        show(out)
+    );
 }
 
 /// Violations a peer can commit, each with the close code RFC 6455
@@ -263,22 +294,7 @@ async fn client_streams_send_the_close_code_of_each_protocol_error() {
         for (name, bytes, code) in violations(false) {
             let (addr, saw) = scripted_server(bytes, true);
             let out = echo(&runner, &["client", &format!("ws://{addr}/")]).await;
-            let saw = saw.await.unwrap();
-            assert_eq!(
-                saw.close.as_ref().map(|c| c.0),
-                Some(code),
-                "{name}: the host must send close {code} before closing TCP; peer saw {saw:?}; {}",
-                show(&out)
-            );
-            assert!(
-                saw.eof_after_close.is_some(),
-                "{name}: TCP stayed open after the close frame: {saw:?}"
-            );
-            assert!(
-                out.stdout_text().contains(&format!("close={code} ")),
-                "{name}: close-info must report the code sent ({code}): {}",
-                show(&out)
-            );
+            assert_failed_with(name, code, &saw.await.unwrap(), &out, "close=");
         }
     })
     .await
@@ -298,38 +314,11 @@ async fn server_streams_send_the_close_code_of_each_protocol_error() {
                 let addr: SocketAddr = listen.parse().unwrap();
                 async move {
                     let mut tcp = raw_upgrade(addr).await;
-                    tcp.write_all(&bytes).await.unwrap();
-                    let close = tokio::time::timeout(Duration::from_secs(5), read_close(&mut tcp))
-                        .await
-                        .ok()
-                        .flatten();
-                    let eof_after_close = time_to_eof(&mut tcp, Duration::from_secs(5)).await;
-                    PeerSaw {
-                        close,
-                        eof_after_close,
-                    }
+                    send_and_observe(&mut tcp, &bytes, true).await
                 }
             });
             let (out, saw) = tokio::join!(guest, peer);
-            let saw = saw.unwrap();
-            assert_eq!(
-                saw.close.as_ref().map(|c| c.0),
-                Some(code),
-                "{name}: peer saw {saw:?}; {}",
-                show(&out)
-            );
-            let eof = saw
-                .eof_after_close
-                .unwrap_or_else(|| panic!("{name}: TCP stayed open after the close frame"));
-            assert!(
-                eof < Duration::from_secs(1),
-                "{name}: TCP closed {eof:?} after the close frame, while the guest held the stream"
-            );
-            assert!(
-                out.stdout_text().contains(&format!("code={code} ")),
-                "{name}: close-info must report the code sent ({code}): {}",
-                show(&out)
-            );
+            assert_failed_with(name, code, &saw.unwrap(), &out, "code=");
         }
     })
     .await
