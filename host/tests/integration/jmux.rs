@@ -994,6 +994,13 @@ fn jmux_server_config(guest_args: &[&str], deny: &[&str]) -> tether_host::Config
     }
 }
 
+/// A host running the accepting guest as `tether jmux GUEST_ARGS --deny
+/// DENY...` would.
+fn jmux_server_runner(guest_args: &[&str], deny: &[&str]) -> Arc<Runner> {
+    let config = jmux_server_config(guest_args, deny);
+    Arc::new(Runner::new(config, EngineKind::Cranelift).unwrap())
+}
+
 /// Whether an answer fits the column: refused as not allowed by rule set
 /// (`admitted` false), or admitted: opened when the spelling connects on
 /// Linux, otherwise any failure but "not allowed" and "address type".
@@ -1029,13 +1036,7 @@ fn every_loopback_spelling_in_a_jmux_open_meets_the_rules() {
     let rows: Vec<_> = LOOPBACK.iter().filter(|s| s.in_tcp).collect();
     let mut failures = Vec::new();
     for (name, guest_args, deny, admitted) in spelling_columns() {
-        let runner = Arc::new(
-            Runner::new(
-                jmux_server_config(&guest_args, &deny),
-                EngineKind::Cranelift,
-            )
-            .unwrap(),
-        );
+        let runner = jmux_server_runner(&guest_args, &deny);
         let (_g, pipe) = server_guest(&runner, &guest_args);
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
@@ -1170,13 +1171,7 @@ fn every_loopback_spelling_through_socks5_and_http_connect_meets_the_rules() {
     assert!(socks.iter().any(|r| r.1 == 1) && socks.iter().any(|r| r.1 == 4));
     let mut failures = Vec::new();
     for (name, guest_args, deny, admitted) in spelling_columns() {
-        let server_runner = Arc::new(
-            Runner::new(
-                jmux_server_config(&guest_args, &deny),
-                EngineKind::Cranelift,
-            )
-            .unwrap(),
-        );
+        let server_runner = jmux_server_runner(&guest_args, &deny);
         let (_t, _, lp) = pair(
             &guest(&server_runner),
             &guest(&runner()),
