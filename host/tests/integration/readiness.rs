@@ -11,7 +11,6 @@ use tether_host::readiness::{Interest, ReadinessSet};
 use tether_host::websocket::Listener;
 use tether_host::{ErrorCode, HostCtx};
 use tokio_tungstenite::tungstenite::Message;
-use wasmtime_wasi::p2::InputStream;
 
 use crate::common::*;
 
