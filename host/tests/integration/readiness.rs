@@ -30,8 +30,7 @@ async fn message_streams_and_listeners_are_level_triggered_and_forgotten_on_drop
     let listener = Listener::bind(host.clone(), "127.0.0.1:0", options).unwrap();
     let addr = listener.local_addr();
     let set = ReadinessSet::new(4);
-    set.register_listener(&listener, Interest::Accept, 100)
-        .unwrap();
+    set.register(&listener, Interest::Accept, 100).unwrap();
     assert_eq!(set.take_ready(8), vec![], "nothing accepted yet");
 
     let (mut client, _) = tokio_tungstenite::connect_async(format!("ws://{addr}/"))
@@ -47,10 +46,8 @@ async fn message_streams_and_listeners_are_level_triggered_and_forgotten_on_drop
     let stream = listener.accept().expect("an accepted stream");
     assert_eq!(set.take_ready(8), vec![], "accepted: no longer ready");
 
-    set.register_message_stream(&stream, Interest::Receive, 1)
-        .unwrap();
-    set.register_message_stream(&stream, Interest::Send, 2)
-        .unwrap();
+    set.register(&stream, Interest::Receive, 1).unwrap();
+    set.register(&stream, Interest::Send, 2).unwrap();
     assert_eq!(
         set.take_ready(8),
         vec![(2, Interest::Send)],
@@ -76,21 +73,19 @@ async fn message_streams_and_listeners_are_level_triggered_and_forgotten_on_drop
     assert_eq!(set.take_ready(8), vec![], "received: no longer ready");
 
     // The limit: 2 registrations now, 4 at most.
-    set.register_message_stream(&stream, Interest::Receive, 3)
-        .unwrap();
-    set.register_message_stream(&stream, Interest::Receive, 4)
-        .unwrap();
+    set.register(&stream, Interest::Receive, 3).unwrap();
+    set.register(&stream, Interest::Receive, 4).unwrap();
     assert!(
         matches!(
-            set.register_message_stream(&stream, Interest::Receive, 5),
+            set.register(&stream, Interest::Receive, 5),
             Err(ErrorCode::InvalidArgument(m)) if m.contains("at most 4")
         ),
         "a full set refuses a new registration"
     );
-    set.register_message_stream(&stream, Interest::Receive, 4)
+    set.register(&stream, Interest::Receive, 4)
         .expect("replacing a registration needs no room");
     assert!(matches!(
-        set.register_message_stream(&stream, Interest::Accept, 1),
+        set.register(&stream, Interest::Accept, 1),
         Err(ErrorCode::InvalidArgument(m)) if m.contains("does not apply")
     ));
     assert_eq!(set.len(), 4);
@@ -123,8 +118,7 @@ async fn byte_streams_and_byte_listeners_report_read_write_and_accept() {
     let host = HostCtx::new(local_config()).unwrap();
     let listener = tether_host::tcp::ByteListener::bind(host.clone(), "127.0.0.1:0").unwrap();
     let set = ReadinessSet::new(16);
-    set.register_byte_listener(&listener, Interest::Accept, 9)
-        .unwrap();
+    set.register(&listener, Interest::Accept, 9).unwrap();
     let addr = listener.local_addr();
     let _client = tokio::net::TcpStream::connect(addr).await.unwrap();
     wait(&set).await;
@@ -139,10 +133,8 @@ async fn byte_streams_and_byte_listeners_report_read_write_and_accept() {
         .unwrap();
     let (mut peer, _) = peer_listener.accept().await.unwrap();
     let (stream, mut input, _output) = tether_host::tcp::open(tcp, &host).unwrap();
-    set.register_byte_stream(&stream, Interest::Read, 7)
-        .unwrap();
-    set.register_byte_stream(&stream, Interest::Write, 8)
-        .unwrap();
+    set.register(&stream, Interest::Read, 7).unwrap();
+    set.register(&stream, Interest::Write, 8).unwrap();
     assert_eq!(
         set.take_ready(8),
         vec![(8, Interest::Write)],
