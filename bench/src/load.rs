@@ -30,6 +30,7 @@ use tether_host::Config;
 use tether_host::policy::Policy;
 use tether_host::runner::{EngineKind, GuestIo, Runner};
 use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
 
 use crate::jmux::pair::proc_cpu;
 use crate::latency::{cdf_us, percentile_us};
@@ -454,6 +455,9 @@ impl Xorshift {
     }
 }
 
+/// The client's tungstenite read buffer per connection, bytes.
+const CLIENT_READ_BUFFER: usize = 4096;
+
 /// Deadline of one handshake or one round trip in the client.
 const CLIENT_DEADLINE: Duration = Duration::from_secs(30);
 
@@ -501,7 +505,14 @@ async fn open_more(
 ) -> anyhow::Result<Vec<Duration>> {
     let mut done = Vec::with_capacity(count);
     let mut pending = futures_util::stream::iter(0..count)
-        .map(|_| tokio::time::timeout(CLIENT_DEADLINE, tokio_tungstenite::connect_async(url)))
+        .map(|_| {
+            // A small read buffer: tungstenite zero-fills the whole buffer
+            // before each read (128 KiB by default), which on 10,000 cold
+            // connections would be the client's cost, not the host's.
+            let config = WebSocketConfig::default().read_buffer_size(CLIENT_READ_BUFFER);
+            let connect = tokio_tungstenite::connect_async_with_config(url, Some(config), true);
+            tokio::time::timeout(CLIENT_DEADLINE, connect)
+        })
         .buffer_unordered(CONNECT_CONCURRENCY);
     while let Some(result) = pending.next().await {
         let (ws, _) = result

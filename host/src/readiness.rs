@@ -47,7 +47,7 @@ pub(crate) type Check = Box<dyn Fn(&Waker) -> bool + Send + Sync>;
 
 /// Where an interest is watched: the registrations to wake on its state
 /// changes, and its condition.
-pub(crate) struct Source<'a> {
+pub struct Source<'a> {
     pub(crate) watchers: &'a Watchers,
     pub(crate) check: Check,
 }
@@ -242,7 +242,7 @@ impl ReadinessSet {
         self.len() == 0
     }
 
-    fn register(&self, key: u64, interest: Interest, source: Source<'_>) -> Result<(), ErrorCode> {
+    fn insert(&self, key: u64, interest: Interest, source: Source<'_>) -> Result<(), ErrorCode> {
         let entry = Arc::new(Entry {
             key,
             interest,
@@ -271,59 +271,25 @@ impl ReadinessSet {
         Ok(())
     }
 
-    /// Registers `interest` (`receive` or `send`) on `stream` under `key`,
-    /// replacing an earlier registration of the same key and interest.
-    /// Errors: `invalid-argument` for another interest or a full set.
-    pub fn register_message_stream(
+    /// Registers `interest` on `target` under `key`, replacing an earlier
+    /// registration of the same key and interest: `receive` or `send` on a
+    /// [`MessageStream`], `accept` on a [`Listener`] or [`ByteListener`],
+    /// `read` (its input stream) or `write` (its output stream) on a
+    /// [`ByteStream`]. Errors: `invalid-argument` for an interest that does
+    /// not apply to `target`, or a full set.
+    pub fn register<T: Watchable>(
         &self,
-        stream: &MessageStream,
+        target: &T,
         interest: Interest,
         key: u64,
     ) -> Result<(), ErrorCode> {
-        let source = stream
-            .readiness(interest)
-            .ok_or_else(|| wrong(interest, "message-stream"))?;
-        self.register(key, interest, source)
-    }
-
-    /// Registers `accept` on a WebSocket listener under `key`.
-    pub fn register_listener(
-        &self,
-        listener: &Listener,
-        interest: Interest,
-        key: u64,
-    ) -> Result<(), ErrorCode> {
-        let source = listener
-            .readiness(interest)
-            .ok_or_else(|| wrong(interest, "listener"))?;
-        self.register(key, interest, source)
-    }
-
-    /// Registers `read` (its input stream) or `write` (its output stream) on
-    /// a TCP byte stream under `key`.
-    pub fn register_byte_stream(
-        &self,
-        stream: &ByteStream,
-        interest: Interest,
-        key: u64,
-    ) -> Result<(), ErrorCode> {
-        let source = stream
-            .readiness(interest)
-            .ok_or_else(|| wrong(interest, "byte-stream"))?;
-        self.register(key, interest, source)
-    }
-
-    /// Registers `accept` on a TCP listener under `key`.
-    pub fn register_byte_listener(
-        &self,
-        listener: &ByteListener,
-        interest: Interest,
-        key: u64,
-    ) -> Result<(), ErrorCode> {
-        let source = listener
-            .readiness(interest)
-            .ok_or_else(|| wrong(interest, "byte-listener"))?;
-        self.register(key, interest, source)
+        let source = target.source(interest).ok_or_else(|| {
+            ErrorCode::InvalidArgument(format!(
+                "interest `{interest:?}` does not apply to a {}",
+                T::RESOURCE
+            ))
+        })?;
+        self.insert(key, interest, source)
     }
 
     /// Removes the registration of `key` and `interest`; false when there
@@ -367,11 +333,32 @@ impl ReadinessSet {
     }
 }
 
-fn wrong(interest: Interest, resource: &str) -> ErrorCode {
-    ErrorCode::InvalidArgument(format!(
-        "interest `{interest:?}` does not apply to a {resource}"
-    ))
+/// A resource a readiness set can watch.
+pub trait Watchable {
+    /// The resource's WIT name, for errors.
+    const RESOURCE: &'static str;
+    /// Where `interest` is watched; `None` when it does not apply.
+    #[doc(hidden)]
+    fn source(&self, interest: Interest) -> Option<Source<'_>>;
 }
+
+macro_rules! watchable {
+    ($($ty:ty => $name:literal),*) => {$(
+        impl Watchable for $ty {
+            const RESOURCE: &'static str = $name;
+            fn source(&self, interest: Interest) -> Option<Source<'_>> {
+                self.readiness(interest)
+            }
+        }
+    )*};
+}
+
+watchable!(
+    MessageStream => "message-stream",
+    Listener => "listener",
+    ByteStream => "byte-stream",
+    ByteListener => "byte-listener"
+);
 
 /// A [`Signal`]-backed source: `check` runs `cond` on the weakly held
 /// state, false once it is gone.
@@ -432,10 +419,7 @@ impl wit::HostReadinessSet for TetherCtxView<'_> {
         key: u64,
     ) -> wasmtime::Result<Result<(), ErrorCode>> {
         let stream = self.table.get(&stream)?;
-        Ok(self
-            .table
-            .get(&this)?
-            .register_message_stream(stream, interest, key))
+        Ok(self.table.get(&this)?.register(stream, interest, key))
     }
 
     fn register_listener(
@@ -446,10 +430,7 @@ impl wit::HostReadinessSet for TetherCtxView<'_> {
         key: u64,
     ) -> wasmtime::Result<Result<(), ErrorCode>> {
         let listener = self.table.get(&listener)?;
-        Ok(self
-            .table
-            .get(&this)?
-            .register_listener(listener, interest, key))
+        Ok(self.table.get(&this)?.register(listener, interest, key))
     }
 
     fn register_byte_stream(
@@ -460,10 +441,7 @@ impl wit::HostReadinessSet for TetherCtxView<'_> {
         key: u64,
     ) -> wasmtime::Result<Result<(), ErrorCode>> {
         let stream = self.table.get(&stream)?;
-        Ok(self
-            .table
-            .get(&this)?
-            .register_byte_stream(stream, interest, key))
+        Ok(self.table.get(&this)?.register(stream, interest, key))
     }
 
     fn register_byte_listener(
@@ -474,10 +452,7 @@ impl wit::HostReadinessSet for TetherCtxView<'_> {
         key: u64,
     ) -> wasmtime::Result<Result<(), ErrorCode>> {
         let listener = self.table.get(&listener)?;
-        Ok(self
-            .table
-            .get(&this)?
-            .register_byte_listener(listener, interest, key))
+        Ok(self.table.get(&this)?.register(listener, interest, key))
     }
 
     fn deregister(

@@ -100,6 +100,16 @@ fn len(m: &Message) -> usize {
     }
 }
 
+/// Binds the server's listener and says where.
+fn listen(addr: &str) -> Result<websocket::Listener, ErrorCode> {
+    let options = ListenOptions {
+        subprotocols: Vec::new(),
+    };
+    let listener = websocket::listen(addr, &options)?;
+    eprintln!("echo: listening on {}", listener.local_address());
+    Ok(listener)
+}
+
 /// The readiness-set key of the listener; streams use their slot index.
 const LISTENER_KEY: u64 = u64::MAX;
 
@@ -115,13 +125,7 @@ struct Echoing {
 /// for `receive` while it has nothing pending, and for `send` instead while
 /// its outbound buffer is full (so a stalled peer is not read from).
 fn server(addr: &str, max_connections: u64) -> Result<(), ErrorCode> {
-    let listener = websocket::listen(
-        addr,
-        &ListenOptions {
-            subprotocols: Vec::new(),
-        },
-    )?;
-    eprintln!("echo: listening on {}", listener.local_address());
+    let listener = listen(addr)?;
     let set = ReadinessSet::new();
     set.register_listener(&listener, Interest::Accept, LISTENER_KEY)?;
     let ready = set.subscribe();
@@ -181,13 +185,7 @@ struct Conn {
 /// The loop before readiness sets: every stream's pollable in every `poll`
 /// call and every stream pumped on every wake-up, O(open streams) each.
 fn server_poll_all(addr: &str, max_connections: u64) -> Result<(), ErrorCode> {
-    let listener = websocket::listen(
-        addr,
-        &ListenOptions {
-            subprotocols: Vec::new(),
-        },
-    )?;
-    eprintln!("echo: listening on {}", listener.local_address());
+    let listener = listen(addr)?;
     let accept_ready = listener.subscribe();
     let mut conns: Vec<Conn> = Vec::new();
     let mut finished = 0u64;
