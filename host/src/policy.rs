@@ -107,6 +107,11 @@ impl FromStr for Rule {
             if suffix.is_empty() {
                 return Err(err("empty wildcard suffix"));
             }
+            // A trailing dot is the same name (`*.example.com.`).
+            let suffix = suffix.trim_end_matches('.');
+            if suffix.is_empty() {
+                return Err(err("empty wildcard suffix"));
+            }
             HostPattern::Suffix(format!(".{}", suffix.to_ascii_lowercase()))
         } else if bare.is_empty() || bare.contains('*') {
             return Err(err("bad host pattern"));
@@ -127,33 +132,22 @@ impl fmt::Display for Rule {
     }
 }
 
+/// Whether `ip` is in the block `net/prefix`. Both are compared as IPv6,
+/// an IPv4 address as its IPv4-mapped form (`::ffff:a.b.c.d`, an IPv4
+/// prefix + 96), so a destination and a rule match alike whichever of the
+/// two forms each is written in.
 fn ip_in_net(ip: IpAddr, net: IpAddr, prefix: u8) -> bool {
-    let ip = match (ip, net) {
-        (IpAddr::V6(v6), IpAddr::V4(_)) => match v6.to_ipv4_mapped() {
-            Some(v4) => IpAddr::V4(v4),
-            None => return false,
-        },
-        _ => ip,
+    let as_v6 = |a: IpAddr| match a {
+        IpAddr::V4(v4) => v4.to_ipv6_mapped(),
+        IpAddr::V6(v6) => v6,
     };
-    match (ip, net) {
-        (IpAddr::V4(a), IpAddr::V4(b)) => {
-            let mask = if prefix == 0 {
-                0
-            } else {
-                u32::MAX << (32 - prefix)
-            };
-            (u32::from(a) & mask) == (u32::from(b) & mask)
-        }
-        (IpAddr::V6(a), IpAddr::V6(b)) => {
-            let mask = if prefix == 0 {
-                0
-            } else {
-                u128::MAX << (128 - prefix)
-            };
-            (u128::from(a) & mask) == (u128::from(b) & mask)
-        }
-        _ => false,
-    }
+    let prefix = if net.is_ipv4() { prefix + 96 } else { prefix };
+    let mask = if prefix == 0 {
+        0
+    } else {
+        u128::MAX << (128 - u32::from(prefix))
+    };
+    (u128::from(as_v6(ip)) & mask) == (u128::from(as_v6(net)) & mask)
 }
 
 impl Rule {
@@ -386,6 +380,34 @@ mod tests {
             p.check_resolved("m", check, vec!["[::ffff:10.0.0.1]:443".parse().unwrap()])
                 .is_err()
         );
+    }
+
+    /// Found by the `policy` fuzz target: a rule in IPv4-mapped IPv6 form
+    /// did not match the IPv4 destination it names (nor an IPv6 rule the
+    /// IPv4 form of a mapped destination), and `*.suffix.` with a
+    /// trailing dot matched nothing.
+    #[test]
+    fn a_rule_matches_alike_in_every_spelling() {
+        for deny in [
+            "[::ffff:10.0.0.0]/104:*",
+            "10.0.0.0/8:*",
+            "[::ffff:10.1.2.3]:*",
+        ] {
+            let p = policy(&["*:*"], &[deny]);
+            for dest in ["10.1.2.3", "::ffff:10.1.2.3", "[::ffff:a01:203]"] {
+                assert!(p.check_name(dest, 1).is_err(), "{deny} let {dest} through");
+            }
+            assert!(
+                p.check_name("11.1.2.3", 1).is_ok(),
+                "{deny} denied 11.1.2.3"
+            );
+        }
+        for allow in ["*.example.com.:1", "*.EXAMPLE.com:1"] {
+            let p = policy(&[allow], &[]);
+            assert_eq!(p.check_name("a.example.com", 1), Ok(NameCheck::Allowed));
+            assert_eq!(p.check_name("A.Example.COM.", 1), Ok(NameCheck::Allowed));
+        }
+        assert!("*..:1".parse::<Rule>().is_err());
     }
 
     #[test]
