@@ -35,6 +35,7 @@
 //!
 //! # Where things are
 //! - `websocket.rs`: the message-stream, connect and listener resources;
+//! - `ws_url.rs`: `ws://` and `wss://` URLs, parsed without I/O;
 //! - `tcp.rs`: byte streams over `wasi:io` input and output streams;
 //! - `policy.rs`: the capability checks (deny by default);
 //! - `net.rs`: dialling and binding under the policy, TCP_NODELAY;
@@ -60,6 +61,7 @@ mod shutdown;
 pub mod tcp;
 pub mod tls;
 pub mod websocket;
+pub mod ws_url;
 
 pub use bindings::ErrorCode;
 pub use config::{Config, Limits, TlsOptions};

@@ -834,57 +834,12 @@ impl Pollable for SendReady {
     }
 }
 
-/// A `ws://` or `wss://` URL, checked.
-pub struct WsTarget {
-    /// The URL as given.
-    pub url: url::Url,
-    /// Host name or IP literal (no brackets), as the URL parser (WHATWG)
-    /// normalised it: the TLS server name.
-    pub host: String,
-    /// The host as the policy decides it and the socket reaches it
-    /// ([`crate::policy::parse_host`] of `host`).
-    pub dest: crate::policy::Host,
-    /// Port (80/443 by default).
-    pub port: u16,
-    /// `wss://`.
-    pub tls: bool,
-}
+pub use crate::ws_url::WsTarget;
 
-/// Parses a WebSocket URL. Errors: `invalid-url` saying why.
+/// Parses a WebSocket URL ([`crate::ws_url::parse`]). Errors:
+/// `invalid-url` saying why.
 pub fn parse_ws_url(text: &str) -> Result<WsTarget, ErrorCode> {
-    let url = url::Url::parse(text).map_err(|e| ErrorCode::InvalidUrl(format!("`{text}`: {e}")))?;
-    let tls = match url.scheme() {
-        "ws" => false,
-        "wss" => true,
-        other => {
-            return Err(ErrorCode::InvalidUrl(format!(
-                "`{text}`: scheme `{other}` is not ws or wss"
-            )));
-        }
-    };
-    let host = match url.host() {
-        Some(url::Host::Domain(d)) => d.to_string(),
-        Some(url::Host::Ipv4(ip)) => ip.to_string(),
-        Some(url::Host::Ipv6(ip)) => ip.to_string(),
-        None => return Err(ErrorCode::InvalidUrl(format!("`{text}`: no host"))),
-    };
-    if url.fragment().is_some() {
-        return Err(ErrorCode::InvalidUrl(format!(
-            "`{text}`: a WebSocket URL has no fragment (RFC 6455 section 3)"
-        )));
-    }
-    let dest = crate::policy::parse_host(&host)
-        .map_err(|e| ErrorCode::InvalidUrl(format!("`{text}`: {e}")))?;
-    let port = url
-        .port_or_known_default()
-        .unwrap_or(if tls { 443 } else { 80 });
-    Ok(WsTarget {
-        url,
-        host,
-        dest,
-        port,
-        tls,
-    })
+    crate::ws_url::parse(text).map_err(ErrorCode::InvalidUrl)
 }
 
 fn handshake_error(e: tungstenite::Error) -> ErrorCode {

@@ -1,0 +1,7 @@
+//! Fuzz target `link`: the properties are documented on `checks::link`.
+#![no_main]
+
+#[path = "../checks.rs"]
+mod checks;
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| checks::link(data));
