@@ -625,6 +625,7 @@ pub fn session(data: &[u8]) {
             capacity: usize::from(input.sender_capacity).max(1024),
             ..SenderConfig::default()
         },
+        ..Config::default()
     };
     let floor = u64::from(config.initial_window).min(
         ((usize::from(config.max_packet_size) - DATA_OVERHEAD) as u64).max(u64::from(MIN_WINDOW)),
