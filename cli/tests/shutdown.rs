@@ -122,12 +122,10 @@ fn sigterm_closes_message_streams_with_1001_stops_accepting_and_exits_0() {
 
         server.signal(signal);
         // The open stream gets a close frame with 1001, going away.
-        let close = loop {
-            match ws.read() {
-                Ok(tungstenite::Message::Close(frame)) => break frame,
-                Ok(other) => panic!("{signal}: expected a close frame, got {other:?}"),
-                Err(e) => panic!("{signal}: no close frame: {e}"),
-            }
+        let close = match ws.read() {
+            Ok(tungstenite::Message::Close(frame)) => frame,
+            Ok(other) => panic!("{signal}: expected a close frame, got {other:?}"),
+            Err(e) => panic!("{signal}: no close frame: {e}"),
         };
         let close = close.expect("a close frame with a status code");
         assert_eq!(close.code, CloseCode::Away, "{signal}: {close:?}");

@@ -75,10 +75,9 @@ mod tests {
     /// and dialled the host and only then failed.
     #[test]
     fn what_a_connect_would_refuse_after_dialling_is_refused_here() {
-        for bad in ["ws://a{b}.example/"] {
-            let e = parse(bad).err().unwrap_or_else(|| panic!("{bad} accepted"));
-            assert!(e.contains(bad), "{e}");
-        }
+        let bad = "ws://a{b}.example/";
+        let e = parse(bad).err().unwrap_or_else(|| panic!("{bad} accepted"));
+        assert!(e.contains(bad), "{e}");
         for good in [
             "ws://127.0.0.1:9001/",
             "wss://[::1]/x?y",
