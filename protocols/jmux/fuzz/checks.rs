@@ -723,7 +723,9 @@ pub fn session(data: &[u8]) {
                 if v.close_from_peer {
                     continue;
                 }
-                v.credit += u64::from(amount);
+                // The session clamps credit at 2^32-1 (a window is a u32 on
+                // the wire, JMUX spec), counting what it dropped.
+                v.credit = (v.credit + u64::from(amount)).min(u64::from(u32::MAX));
                 h.feed(Message::WindowAdjust {
                     recipient_channel_id: id,
                     window_adjustment: amount,
