@@ -42,6 +42,7 @@
 //! - `ready.rs`: event-driven wake-ups (no periodic tick);
 //! - `readiness.rs`: readiness sets, a guest's O(1)-per-event wait on many
 //!   streams;
+//! - `shutdown.rs`: graceful shutdown ([`HostCtx::shutdown`]);
 //! - `config.rs`: every limit with its default and unit;
 //! - `runner.rs`: engines, stores, limits, running a guest.
 
