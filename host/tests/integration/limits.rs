@@ -45,9 +45,12 @@ fn runaway_guest_is_stopped_while_others_keep_running() {
 /// A guest that fails while holding a message stream, in each way a guest
 /// can fail: the host closes the stream with 1011 and a fixed reason
 /// naming the kind of failure, not with 1000 as if all went well.
+/// (probe arguments, how the run must fail, the close reason expected).
+type FailureCase = (&'static [&'static str], fn(&RunError) -> bool, &'static str);
+
 #[test]
 fn a_failed_guests_streams_close_with_1011_for_every_failure_kind() {
-    let cases: [(&[&str], fn(&RunError) -> bool, &str); 4] = [
+    let cases: [FailureCase; 4] = [
         (
             &["fail-holding", "exit"],
             |e| matches!(e, RunError::Exit(c) if *c != 0),
