@@ -295,6 +295,11 @@ struct PeerView {
     window: i64,
     /// Payload bytes we may still send the peer (its grants minus our DATA).
     credit: u64,
+    /// A WINDOW ADJUST went past 2^32 - 1 while our DATA was in flight:
+    /// the session clamped its credit before subtracting that DATA, the
+    /// peer after, so the two may differ (the session ahead) until the
+    /// next full drain re-syncs them.
+    credit_clamped: bool,
     /// Largest DATA payload the peer accepts from us.
     max_payload: usize,
     /// The peer sent EOF or CLOSE: it sends no more DATA.
@@ -366,6 +371,7 @@ impl Peer {
                         remote: recipient_channel_id,
                         window: i64::from(initial_window_size) - early as i64,
                         credit: u64::from(credit),
+                        credit_clamped: false,
                         max_payload,
                         peer_done: false,
                         close_from_peer: false,
@@ -534,6 +540,19 @@ impl SessionCheck {
     }
 
     /// The invariants that hold after every step.
+    /// After a full drain nothing is in flight: a channel whose credit was
+    /// clamped takes the session's figure and is checked exactly again.
+    fn resync_clamped_credit(&mut self) {
+        for (id, v) in self.peer.chans.iter_mut() {
+            if v.credit_clamped
+                && let Some(c) = self.s.channel(ChannelId(*id))
+            {
+                v.credit = c.send_credit;
+                v.credit_clamped = false;
+            }
+        }
+    }
+
     fn check(&self, drained: bool) {
         let cfg = &self.config;
         assert!(
@@ -579,10 +598,22 @@ impl SessionCheck {
                     v.window, c.recv_window as i64,
                     "channel {id}: the peer and the session disagree on the window"
                 );
-                assert_eq!(
-                    v.credit, c.send_credit,
-                    "channel {id}: the peer and the session disagree on the credit"
-                );
+                if v.credit_clamped {
+                    // Clamped with DATA in flight: the session clamped first
+                    // and may be ahead of the peer, never behind, and never
+                    // past 2^32 - 1.
+                    assert!(
+                        v.credit <= c.send_credit && c.send_credit <= u64::from(u32::MAX),
+                        "channel {id}: clamped credit {} against the peer's {}",
+                        c.send_credit,
+                        v.credit
+                    );
+                } else {
+                    assert_eq!(
+                        v.credit, c.send_credit,
+                        "channel {id}: the peer and the session disagree on the credit"
+                    );
+                }
             }
         }
         assert_eq!(live, self.s.channel_count());
@@ -697,6 +728,7 @@ pub fn session(data: &[u8]) {
                         remote,
                         window: i64::from(granted),
                         credit: u64::from(window),
+                        credit_clamped: false,
                         max_payload: usize::from(max_packet).saturating_sub(DATA_OVERHEAD),
                         peer_done: false,
                         close_from_peer: false,
@@ -725,12 +757,18 @@ pub fn session(data: &[u8]) {
                 }
                 // The session clamps credit at 2^32-1 (a window is a u32 on
                 // the wire, JMUX spec), counting what it dropped.
-                v.credit = (v.credit + u64::from(amount)).min(u64::from(u32::MAX));
+                let sum = v.credit + u64::from(amount);
+                v.credit = sum.min(u64::from(u32::MAX));
+                let overflows = h.s.stats().window_overflows;
                 h.feed(Message::WindowAdjust {
                     recipient_channel_id: id,
                     window_adjustment: amount,
                 })
                 .expect("WINDOW ADJUST is never fatal");
+                if sum > u64::from(u32::MAX) || h.s.stats().window_overflows > overflows {
+                    let v = h.peer.chans.get_mut(&id).expect("picked");
+                    v.credit_clamped = true;
+                }
             }
             Step::PeerData { ch, len } => {
                 let Some(id) = h.peer.pick(ch) else { continue };
@@ -901,6 +939,9 @@ pub fn session(data: &[u8]) {
         }
         h.events();
         h.check(drained);
+        if drained {
+            h.resync_clamped_credit();
+        }
     }
 }
 
