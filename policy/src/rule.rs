@@ -125,6 +125,11 @@ impl FromStr for Rule {
                 Ok(Host::Name(_)) if prefix.is_some() => {
                     return Err(err("a CIDR block needs an IP address"));
                 }
+                // Every spelling of the name `internal` (`internal.`,
+                // `INTERNAL.`) is the preset, as the bare keyword is: a
+                // spelling that the resolver treats alike never means
+                // something else in a rule.
+                Ok(Host::Name(name)) if name == INTERNAL_KEYWORD => HostPattern::Internal,
                 Ok(Host::Name(name)) => HostPattern::Exact(name),
                 Err(e) => return Err(err(&format!("bad host pattern: {}", e.reason))),
             }

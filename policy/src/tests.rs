@@ -146,6 +146,15 @@ fn bad_rules_are_rejected_with_a_reason() {
         *"INTERNAL:443".parse::<Rule>().unwrap().host(),
         HostPattern::Internal
     );
+    // A trailing dot spells the same name (found by the `policy` fuzz
+    // target: `internal.:*` was a rule for a host named `internal`).
+    for spelling in ["internal.:*", "INTERNAL.:443"] {
+        assert_eq!(
+            *spelling.parse::<Rule>().unwrap().host(),
+            HostPattern::Internal,
+            "{spelling}"
+        );
+    }
 }
 
 #[test]
