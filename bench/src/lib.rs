@@ -25,6 +25,7 @@
 
 pub mod echo;
 pub mod echo_server;
+pub mod isolation;
 pub mod jmux;
 pub mod latency;
 pub mod load;

@@ -444,10 +444,10 @@ type Ws =
     tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
 
 /// A xorshift generator: random connections without a dependency.
-struct Xorshift(u64);
+pub(crate) struct Xorshift(pub(crate) u64);
 
 impl Xorshift {
-    fn below(&mut self, n: usize) -> usize {
+    pub(crate) fn below(&mut self, n: usize) -> usize {
         self.0 ^= self.0 << 13;
         self.0 ^= self.0 >> 7;
         self.0 ^= self.0 << 17;

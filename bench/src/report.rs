@@ -27,6 +27,7 @@ pub const BENCHES: &[(&str, &str)] = &[
     ("quic", "QUIC over message streams"),
     ("jmux", "JMUX tunnel"),
     ("load", "Load: many open streams"),
+    ("isolation", "Isolation: one misbehaving guest among many"),
 ];
 
 /// Where and how a set of bench results was measured (`meta.json`).
@@ -404,6 +405,49 @@ fn quic_plots(v: &Value) -> anyhow::Result<Vec<Plot>> {
     Ok(plots)
 }
 
+fn isolation_plots(v: &Value) -> anyhow::Result<Vec<Plot>> {
+    let phases = v
+        .get("phases")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    let names: Vec<String> = phases
+        .iter()
+        .map(|p| {
+            p.get("misbehaviour")
+                .and_then(Value::as_str)
+                .unwrap_or("?")
+                .to_owned()
+        })
+        .collect();
+    let bars = |key: &str| -> Vec<(&str, Option<f64>)> {
+        phases
+            .iter()
+            .zip(&names)
+            .map(|(p, n)| (n.as_str(), num(p, key)))
+            .collect()
+    };
+    let panels: Vec<Panel> = [
+        panel("good guests' p99 / baseline p99", bars("p99_ratio")),
+        panel("good guests' p99 (us)", bars("rtt_us_p99")),
+        panel("baseline p99 (us)", bars("baseline_rtt_us_p99")),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    let mut plots = Vec::new();
+    if !panels.is_empty() {
+        plots.push(Plot {
+            file: "isolation.svg".into(),
+            caption: "Round trips on the well-behaved guests while one guest misbehaves, against \
+                      the baseline window just before (target: ratio at most 1.5)"
+                .into(),
+            svg: bars_svg("one misbehaving guest among many", &panels)?,
+        });
+    }
+    Ok(plots)
+}
+
 fn jmux_plots(v: &Value) -> anyhow::Result<Vec<Plot>> {
     let mut plots = Vec::new();
     let lines: Vec<Series> = [
@@ -566,6 +610,7 @@ pub fn render(dir: &Path) -> anyhow::Result<Rendered> {
             "echo" => echo_plots(&v)?,
             "quic" => quic_plots(&v)?,
             "jmux" => jmux_plots(&v)?,
+            "isolation" => isolation_plots(&v)?,
             _ => load_plots(&v)?,
         };
         let _ = writeln!(body, "<section id=\"{name}\">\n<h2>{}</h2>", escape(title));
@@ -590,7 +635,7 @@ pub fn render(dir: &Path) -> anyhow::Result<Rendered> {
     }
     anyhow::ensure!(
         found > 0,
-        "no bench results in {} (expected echo.json, quic.json, jmux.json or load.json)",
+        "no bench results in {} (expected echo.json, quic.json, jmux.json, load.json or isolation.json)",
         dir.display()
     );
     let commands: String = meta

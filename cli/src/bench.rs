@@ -32,6 +32,10 @@ pub enum BenchCommand {
     /// with 1 and with N open, messages/s; and the guest's old poll-all
     /// loop in the same run.
     Load(BenchLoadArgs),
+    /// 100 guests on one host (pooling engine); one of them traps, spins,
+    /// exhausts its memory or floods its outbound buffer while the others
+    /// serve round trips: their p99 against a well-behaved baseline.
+    Isolation(BenchIsolationArgs),
     /// The load client of `bench load` (started by it, in its own process).
     #[command(hide = true)]
     LoadClient(LoadClientArgs),
@@ -72,6 +76,31 @@ pub struct BenchLoadArgs {
     /// it) [default: 2000, or --connections if fewer].
     #[arg(long)]
     pub poll_all_connections: Option<usize>,
+}
+
+#[derive(Args)]
+pub struct BenchIsolationArgs {
+    /// Print one JSON object instead of the table.
+    #[arg(long)]
+    pub json: bool,
+    /// A short smoke run (CI): 300 ms windows, one round.
+    #[arg(long)]
+    pub quick: bool,
+    /// Guests on the host, the misbehaving one included.
+    #[arg(long, default_value_t = 100, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(2..))]
+    pub guests: usize,
+    /// The guests' tokio runtime.
+    #[arg(long, value_enum, default_value = "multi-thread")]
+    pub runtime: IsolationRuntime,
+}
+
+/// The runtime of `tether bench isolation`.
+#[derive(Clone, Copy, clap::ValueEnum)]
+pub enum IsolationRuntime {
+    /// One worker per core.
+    MultiThread,
+    /// One thread for every guest.
+    CurrentThread,
 }
 
 #[derive(Args)]
@@ -226,6 +255,29 @@ pub async fn bench(command: BenchCommand) -> anyhow::Result<ExitCode> {
             }
             Ok(ExitCode::SUCCESS)
         }
+        BenchCommand::Isolation(args) => {
+            let runtime = match args.runtime {
+                IsolationRuntime::MultiThread => tether_bench::isolation::RuntimeKind::MultiThread,
+                IsolationRuntime::CurrentThread => {
+                    tether_bench::isolation::RuntimeKind::CurrentThread
+                }
+            };
+            let report = run_isolation(args.quick, args.guests, runtime).await?;
+            if args.json {
+                outln!("{}", serde_json::to_string(&report)?);
+            } else {
+                outln!(
+                    "tether bench isolation: {} guests on one host ({} runtime, {} workers), {} B round trips on the well-behaved ones, medians of {} rounds\n",
+                    report.guests,
+                    report.runtime,
+                    report.workers,
+                    tether_bench::isolation::MESSAGE_BYTES,
+                    report.runs
+                );
+                outln!("{}", report.table());
+            }
+            Ok(ExitCode::SUCCESS)
+        }
         BenchCommand::LoadClient(args) => {
             tether_bench::load::client(&tether_bench::load::ClientArgs {
                 url: args.url,
@@ -282,6 +334,15 @@ async fn all(args: BenchAllArgs) -> anyhow::Result<ExitCode> {
     meta.commands
         .push(format!("tether bench load --json{quick}"));
     report::write_json(dir, "load", &load)?;
+    let isolation = run_isolation(
+        args.quick,
+        100,
+        tether_bench::isolation::RuntimeKind::MultiThread,
+    )
+    .await?;
+    meta.commands
+        .push(format!("tether bench isolation --json{quick}"));
+    report::write_json(dir, "isolation", &isolation)?;
     report::write_json(dir, "meta", &meta)?;
     let rendered = report::render(dir)?;
     outln!("{}", rendered.page.display());
@@ -315,6 +376,27 @@ async fn run_jmux(
     let progress = Progress::new("bench jmux", jb::PHASES.len() as u64);
     let p = progress.clone();
     let report = tokio::task::spawn_blocking(move || jb::run(&opts, &p)).await?;
+    progress.finish();
+    report
+}
+
+async fn run_isolation(
+    quick: bool,
+    guests: usize,
+    runtime: tether_bench::isolation::RuntimeKind,
+) -> anyhow::Result<tether_bench::isolation::Report> {
+    use tether_bench::isolation as iso;
+    let mut opts = if quick {
+        iso::Options::quick()
+    } else {
+        iso::Options::full()
+    };
+    opts.guests = guests;
+    opts.runtime = runtime;
+    let progress = Progress::new("bench isolation", 0);
+    let p = progress.clone();
+    let report =
+        tokio::task::spawn_blocking(move || iso::run(&opts, &|phase| p.phase(phase))).await?;
     progress.finish();
     report
 }

@@ -67,6 +67,14 @@ pub struct Limits {
     /// guests that share a thread. Not a data-path timer: it never wakes a
     /// guest. Default 10 ms.
     pub epoch_tick: Duration,
+    /// Guests one [`crate::runner::Runner`] with the pooling engine
+    /// ([`crate::runner::EngineKind::Pooling`]) runs at once: the pool's
+    /// component, core-instance, memory and table slots are sized for this
+    /// many (a memory slot reserves address space for `max_memory_bytes`,
+    /// not memory). One more fails to instantiate with a clear error
+    /// ([`crate::runner::RunError::Instantiate`]); the others keep running.
+    /// The on-demand engines do not pool and ignore it. Default 128.
+    pub max_guests: usize,
 }
 
 impl Default for Limits {
@@ -86,6 +94,7 @@ impl Default for Limits {
             max_run_without_yield: Duration::from_secs(10),
             shutdown_timeout: Duration::from_secs(5),
             epoch_tick: Duration::from_millis(10),
+            max_guests: 128,
         }
     }
 }

@@ -2,7 +2,7 @@
 //! memory and runaway limits, stdout capture.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use wasmtime::component::{Component, Linker, ResourceTable};
@@ -107,9 +107,13 @@ pub struct GuestState {
     /// call instead of a clock read).
     resumed: u64,
     ticks: Arc<AtomicU64>,
-    /// Set while the guest is parked by the epoch callback's yield, so
+    /// Set by the epoch callback (which may park the guest in a yield), so
     /// that coming back from it does not count as a return to the host.
     epoch_yield: bool,
+    /// Set when the guest ran a whole epoch tick without returning to the
+    /// host on a multi-thread runtime: its next poll runs off the worker
+    /// (`block_in_place`) until it returns to the host.
+    computing: Arc<AtomicBool>,
 }
 
 impl WasiView for GuestState {
@@ -173,11 +177,14 @@ fn engine_config(kind: EngineKind, config: &Config) -> EngineConfig {
             c.strategy(wasmtime::Strategy::Winch);
         }
         EngineKind::Pooling => {
+            // Slots per guest: a wasm32-wasip2 component has one memory,
+            // a few core instances (the program and its shims) and tables.
+            let guests = u32::try_from(config.limits.max_guests.max(1)).unwrap_or(u32::MAX);
             let mut pool = wasmtime::PoolingAllocationConfig::default();
-            pool.total_component_instances(64)
-                .total_core_instances(256)
-                .total_memories(64)
-                .total_tables(128)
+            pool.total_component_instances(guests)
+                .total_core_instances(guests.saturating_mul(4))
+                .total_memories(guests)
+                .total_tables(guests.saturating_mul(2))
                 .max_memory_size(config.limits.max_memory_bytes);
             c.allocation_strategy(wasmtime::InstanceAllocationStrategy::Pooling(pool));
         }
@@ -274,6 +281,7 @@ impl Runner {
             resumed: self.ticks.load(Ordering::Relaxed),
             ticks: self.ticks.clone(),
             epoch_yield: false,
+            computing: Arc::new(AtomicBool::new(false)),
         };
         let mut store = Store::new(&self.engine, state);
         store.limiter(|s| &mut s.limits);
@@ -290,22 +298,38 @@ impl Runner {
         });
         let max_run = limits.max_run_without_yield;
         let max_ticks = (max_run.as_nanos() / limits.epoch_tick.as_nanos().max(1)) as u64;
+        let multi_thread = tokio::runtime::Handle::try_current()
+            .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread);
         store.epoch_deadline_callback(move |mut ctx| {
             let data = ctx.data_mut();
-            if data
+            let running = data
                 .ticks
                 .load(Ordering::Relaxed)
-                .saturating_sub(data.resumed)
-                > max_ticks
-            {
+                .saturating_sub(data.resumed);
+            if running > max_ticks {
                 return Err(Runaway(max_run).into());
             }
-            // The yield below returns through the host: not a real return.
+            // Coming back from this callback passes the call hook as a
+            // return from the host: it must not count as one.
             data.epoch_yield = true;
+            if multi_thread && running >= 2 && data.computing.swap(true, Ordering::Relaxed) {
+                // Already running off the worker (below): keep going.
+                return Ok(UpdateDeadline::Continue(1));
+            }
+            // On a multi-thread runtime, a guest that ran a whole tick
+            // without returning to the host is computing: it yields once,
+            // and its next poll runs in `block_in_place`, which hands this
+            // worker's queue and I/O driver to another thread. The OS then
+            // time-slices the guest like any thread, and the other guests
+            // and socket tasks keep a worker. (Yielding every tick instead
+            // holds a worker for a tick at a time, and every task queued
+            // behind it waits: 13x the others' p99 in `tether bench
+            // isolation`.)
             // Let socket tasks and other guests on this thread run.
             Ok(UpdateDeadline::Yield(1))
         });
         store.set_epoch_deadline(1);
+        let computing = store.data().computing.clone();
         let guest = async {
             let command = Command::instantiate_async(&mut store, component, &self.linker)
                 .await
@@ -316,9 +340,21 @@ impl Runner {
                 Err(e) => Err(classify_trap(e, limits.max_memory_bytes)),
             }
         };
-        let result = tokio::select! {
-            result = guest => result,
-            stopped = shutdown_deadline(&self.host) => Err(stopped),
+        let result = {
+            let mut guest = std::pin::pin!(guest);
+            let guest = std::future::poll_fn(|cx| {
+                if computing.load(Ordering::Relaxed) {
+                    let poll = tokio::task::block_in_place(|| guest.as_mut().poll(cx));
+                    computing.store(false, Ordering::Relaxed);
+                    poll
+                } else {
+                    guest.as_mut().poll(cx)
+                }
+            });
+            tokio::select! {
+                result = guest => result,
+                stopped = shutdown_deadline(&self.host) => Err(stopped),
+            }
         };
         fail_streams_on_error(&mut store.data_mut().tether, &result).await;
         drop(store);
