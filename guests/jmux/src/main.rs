@@ -237,8 +237,6 @@ struct Connecting {
     future: tcp::FutureByteStream,
     id: ChannelId,
     target: String,
-    /// The pollable fired: `get` has the result.
-    fired: bool,
     done: bool,
 }
 
@@ -324,10 +322,15 @@ impl Chan {
         if !self.opened || self.lingering || self.read_stopped {
             return false;
         }
-        let unsent = self.pending_off < self.pending.len();
-        (unsent && !self.send_blocked)
-            || (!unsent && self.readable && !self.read_eof)
-            || (!unsent && self.read_eof && !self.eof_sent)
+        if self.pending_off < self.pending.len() {
+            // Bytes read but not taken: on once credit or room is back.
+            return !self.send_blocked;
+        }
+        if self.read_eof {
+            !self.eof_sent
+        } else {
+            self.readable
+        }
     }
 }
 
@@ -338,7 +341,7 @@ enum Wake {
     PipeTx,
     Listener(usize),
     Handshake(usize),
-    Connect(usize),
+    Connect,
     ChanRead(usize),
     ChanWrite(usize),
     Timer,
@@ -518,12 +521,7 @@ impl Proxy {
                     l.pending = true;
                 }
             }
-            Wake::Connect(c) => {
-                if let Some(c) = self.connects.get_mut(c) {
-                    c.fired = true;
-                }
-            }
-            Wake::Timer => {}
+            Wake::Connect | Wake::Timer => {}
             Wake::Handshake(h) => {
                 if let Some(Some(hs)) = self.handshakes.get_mut(h)
                     && !hs.readable
@@ -556,35 +554,29 @@ impl Proxy {
         }
         loop {
             let ready = self.set.take_ready(TAKE_READY);
-            if !ready.is_empty() {
-                for (key, interest) in ready {
-                    if let Some(wake) = Wake::from_key(key, interest) {
-                        self.on_wake(wake);
-                    }
+            let woke = !ready.is_empty();
+            for (key, interest) in ready {
+                if let Some(wake) = Wake::from_key(key, interest) {
+                    self.on_wake(wake);
                 }
+            }
+            if woke && self.connects.is_empty() {
                 return Ok(());
             }
-            let mut list: Vec<&Pollable> = Vec::with_capacity(2 + self.connects.len());
+            // Sleep on the set, the timer and the connects in flight; or,
+            // when entries were taken, only look whether the connects have
+            // resolved (a zero timer: the poll returns at once).
+            let now = woke.then(|| monotonic_clock::subscribe_duration(0));
+            let mut list: Vec<&Pollable> = Vec::with_capacity(3 + self.connects.len());
             list.push(&self.set_ready);
-            let timer = self.timer.as_ref().map(|(_, t)| {
-                list.push(t);
-                list.len() - 1
-            });
-            let first_connect = list.len();
+            list.extend(&now);
+            list.extend(self.timer.as_ref().map(|(_, t)| t));
             list.extend(self.connects.iter().map(|c| &c.ready));
             let fired = sdk::poll(&list);
             drop(list);
-            let mut other = false;
-            for i in fired {
-                let i = i as usize;
-                if i >= first_connect {
-                    self.connects[i - first_connect].fired = true;
-                    other = true;
-                } else if Some(i) == timer {
-                    other = true;
-                }
-            }
-            if other {
+            // Anything but the set's own pollable (connects: the next
+            // turn takes their results) ends the wait.
+            if woke || fired.iter().any(|&i| i != 0) {
                 return Ok(());
             }
         }
@@ -615,9 +607,9 @@ impl Proxy {
                 wakes.push(Wake::Handshake(i));
             }
         }
-        for (i, c) in self.connects.iter().enumerate() {
+        for c in &self.connects {
             list.push(&c.ready);
-            wakes.push(Wake::Connect(i));
+            wakes.push(Wake::Connect);
         }
         for (i, chan) in self.chans.iter().enumerate() {
             let Some(chan) = chan else { continue };
@@ -875,7 +867,6 @@ impl Proxy {
                 future,
                 id,
                 target,
-                fired: false,
                 done: false,
             }),
             Err(e) => {
@@ -884,15 +875,12 @@ impl Proxy {
         }
     }
 
-    /// Takes the results of the connects whose pollable fired.
+    /// Takes the results of the connects that resolved (O(connects in
+    /// flight), a handful: each is in the list only until it resolves).
     fn progress_connects(&mut self) {
         for i in 0..self.connects.len() {
             let c = &mut self.connects[i];
-            if !c.fired {
-                continue;
-            }
             let Some(result) = c.future.get() else {
-                c.fired = false;
                 continue;
             };
             c.done = true;
