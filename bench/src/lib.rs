@@ -9,7 +9,9 @@
 //!   two native relays as the floor; with `--vs jetsocat`, pairs of `tether
 //!   jmux` and `jetsocat jmux-proxy` processes side by side);
 //! - [`load`]: `tether bench load` (one server guest holding N WebSocket
-//!   connections from a load client in another process).
+//!   connections from a load client in another process);
+//! - [`load_jmux`]: `tether bench load --jmux` (N channels open through a
+//!   two-guest JMUX tunnel, readiness-set loop vs the old poll-all loop).
 //!
 //! [`report`] draws every bench's JSON as `target/bench/report.html` with
 //! SVG plots; [`progress`] is the progress line of long runs.
@@ -29,6 +31,7 @@ pub mod isolation;
 pub mod jmux;
 pub mod latency;
 pub mod load;
+pub mod load_jmux;
 pub mod local_server;
 pub mod progress;
 pub mod quic;

@@ -162,48 +162,70 @@ impl Report {
         if let Some(old) = &self.poll_all {
             rows.push(old);
         }
-        let mut out = format!("{:<34}", "");
-        for r in &rows {
-            out += &format!("{:>16}", format!("{} ({})", r.guest_loop, r.connections));
+        side_by_side(
+            &rows,
+            (34, 16),
+            &|r| format!("{} ({})", r.guest_loop, r.connections),
+            &[
+                ("connects/s at 100 open", &|r| {
+                    format!("{:.0}", r.connect_per_s_at_100)
+                }),
+                ("connects/s at N open (last 100)", &|r| {
+                    format!("{:.0}", r.connect_per_s_at_n)
+                }),
+                ("connects/s overall", &|r| format!("{:.0}", r.connect_per_s)),
+                ("round trip p50/p99, 1 open (us)", &|r| {
+                    format!("{:.0}/{:.0}", r.rtt_us_p50_single, r.rtt_us_p99_single)
+                }),
+                ("round trip p50/p99, 100 open (us)", &|r| {
+                    format!("{:.0}/{:.0}", r.rtt_us_p50_at_100, r.rtt_us_p99_at_100)
+                }),
+                ("round trip p50/p99, N open (us)", &|r| {
+                    format!("{:.0}/{:.0}", r.rtt_us_p50_loaded, r.rtt_us_p99_loaded)
+                }),
+                ("messages/s, 64 in flight", &|r| {
+                    format!("{:.0}", r.msgs_per_s)
+                }),
+                ("host RSS per connection (KiB)", &|r| {
+                    format!("{:.1}", r.rss_kib_per_conn)
+                }),
+                ("host fds per connection", &|r| {
+                    format!("{:.2}", r.fds_per_conn)
+                }),
+                ("host CPU, all idle (%)", &|r| {
+                    format!("{:.2}", r.idle_cpu_pct)
+                }),
+            ],
+        )
+    }
+}
+
+/// One table line's name and how a run's cell reads.
+pub(crate) type Line<'a, R> = (&'a str, &'a dyn Fn(&R) -> String);
+
+/// A table for people with one column per run (new loop, then old):
+/// `widths` are the name column's and each run column's, `head` names a
+/// run's column.
+pub(crate) fn side_by_side<R>(
+    rows: &[&R],
+    widths: (usize, usize),
+    head: &dyn Fn(&R) -> String,
+    lines: &[Line<'_, R>],
+) -> String {
+    let (name_w, col_w) = widths;
+    let mut out = format!("{:<name_w$}", "");
+    for r in rows {
+        out += &format!("{:>col_w$}", head(r));
+    }
+    out.push('\n');
+    for (name, cell) in lines {
+        out += &format!("{name:<name_w$}");
+        for r in rows {
+            out += &format!("{:>col_w$}", cell(r));
         }
         out.push('\n');
-        let line = |name: &str, f: &dyn Fn(&Report) -> String| {
-            let mut l = format!("{name:<34}");
-            for r in &rows {
-                l += &format!("{:>16}", f(r));
-            }
-            l + "\n"
-        };
-        out += &line("connects/s at 100 open", &|r| {
-            format!("{:.0}", r.connect_per_s_at_100)
-        });
-        out += &line("connects/s at N open (last 100)", &|r| {
-            format!("{:.0}", r.connect_per_s_at_n)
-        });
-        out += &line("connects/s overall", &|r| format!("{:.0}", r.connect_per_s));
-        out += &line("round trip p50/p99, 1 open (us)", &|r| {
-            format!("{:.0}/{:.0}", r.rtt_us_p50_single, r.rtt_us_p99_single)
-        });
-        out += &line("round trip p50/p99, 100 open (us)", &|r| {
-            format!("{:.0}/{:.0}", r.rtt_us_p50_at_100, r.rtt_us_p99_at_100)
-        });
-        out += &line("round trip p50/p99, N open (us)", &|r| {
-            format!("{:.0}/{:.0}", r.rtt_us_p50_loaded, r.rtt_us_p99_loaded)
-        });
-        out += &line("messages/s, 64 in flight", &|r| {
-            format!("{:.0}", r.msgs_per_s)
-        });
-        out += &line("host RSS per connection (KiB)", &|r| {
-            format!("{:.1}", r.rss_kib_per_conn)
-        });
-        out += &line("host fds per connection", &|r| {
-            format!("{:.2}", r.fds_per_conn)
-        });
-        out += &line("host CPU, all idle (%)", &|r| {
-            format!("{:.2}", r.idle_cpu_pct)
-        });
-        out
     }
+    out
 }
 
 /// Raises this process's RLIMIT_NOFILE soft limit to its hard limit.
@@ -447,6 +469,7 @@ type Ws =
 pub(crate) struct Xorshift(pub(crate) u64);
 
 impl Xorshift {
+    /// The next number below `n`.
     pub(crate) fn below(&mut self, n: usize) -> usize {
         self.0 ^= self.0 << 13;
         self.0 ^= self.0 >> 7;
@@ -483,11 +506,22 @@ async fn round_trip_inner(ws: &mut Ws) -> anyhow::Result<u64> {
 }
 
 async fn round_trips(conns: &mut [Ws], n: usize, rng: &mut Xorshift) -> anyhow::Result<Vec<u64>> {
+    random_round_trips(conns, n, rng, async |ws| round_trip(ws).await).await
+}
+
+/// `n` round trips (`trip`, ns each) on connections picked at random,
+/// after n/10 (at least 10) unrecorded ones.
+pub(crate) async fn random_round_trips<T>(
+    conns: &mut [T],
+    n: usize,
+    rng: &mut Xorshift,
+    mut trip: impl AsyncFnMut(&mut T) -> anyhow::Result<u64>,
+) -> anyhow::Result<Vec<u64>> {
     let warmup = (n / 10).max(10);
     let mut out = Vec::with_capacity(n);
     for i in 0..warmup + n {
         let k = rng.below(conns.len());
-        let ns = round_trip(&mut conns[k]).await?;
+        let ns = trip(&mut conns[k]).await?;
         if i >= warmup {
             out.push(ns);
         }

@@ -76,6 +76,16 @@ pub struct BenchLoadArgs {
     /// it) [default: 2000, or --connections if fewer].
     #[arg(long)]
     pub poll_all_connections: Option<usize>,
+    /// The JMUX variant instead: channels open through a two-guest JMUX
+    /// tunnel (TCP clients -> tcp-listen guest == ws pipe == guest -> TCP
+    /// echo), both guests' readiness-set loop and then their old poll-all
+    /// loop, in this process.
+    #[arg(long, conflicts_with_all = ["connections", "poll_all_connections"])]
+    pub jmux: bool,
+    /// With --jmux: channels to hold open (101 to 1024, the session's
+    /// channel cap) [default: 1000, 200 with --quick].
+    #[arg(long, requires = "jmux", value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(101..=1024))]
+    pub channels: Option<usize>,
 }
 
 #[derive(Args)]
@@ -241,6 +251,20 @@ pub async fn bench(command: BenchCommand) -> anyhow::Result<ExitCode> {
             }
             Ok(ExitCode::SUCCESS)
         }
+        BenchCommand::Load(args) if args.jmux => {
+            let report = run_load_jmux(args.quick, args.channels).await?;
+            if args.json {
+                outln!("{}", serde_json::to_string(&report)?);
+            } else {
+                outln!(
+                    "tether bench load --jmux: {} channels through a two-guest JMUX tunnel to a TCP echo server ({} B round trips)\n",
+                    report.channels,
+                    tether_bench::load::MESSAGE_BYTES
+                );
+                outln!("{}", report.table());
+            }
+            Ok(ExitCode::SUCCESS)
+        }
         BenchCommand::Load(args) => {
             let report = run_load(args.quick, args.connections, args.poll_all_connections).await?;
             if args.json {
@@ -334,6 +358,10 @@ async fn all(args: BenchAllArgs) -> anyhow::Result<ExitCode> {
     meta.commands
         .push(format!("tether bench load --json{quick}"));
     report::write_json(dir, "load", &load)?;
+    let load_jmux = run_load_jmux(args.quick, None).await?;
+    meta.commands
+        .push(format!("tether bench load --jmux --json{quick}"));
+    report::write_json(dir, "load-jmux", &load_jmux)?;
     let isolation = run_isolation(
         args.quick,
         100,
@@ -418,6 +446,24 @@ async fn run_load(
     let client = std::env::current_exe().context("the path of this tether binary")?;
     let progress = Progress::new("bench load", 0);
     let report = load::run(&opts, &client, &|phase| progress.phase(phase)).await;
+    progress.finish();
+    report
+}
+
+async fn run_load_jmux(
+    quick: bool,
+    channels: Option<usize>,
+) -> anyhow::Result<tether_bench::load_jmux::Report> {
+    use tether_bench::load_jmux;
+    let opts = if quick {
+        load_jmux::Options::quick(channels)
+    } else {
+        load_jmux::Options::full(channels.unwrap_or(1000))
+    };
+    let progress = Progress::new("bench load --jmux", 0);
+    let p = progress.clone();
+    let report =
+        tokio::task::spawn_blocking(move || load_jmux::run(&opts, &|phase| p.phase(phase))).await?;
     progress.finish();
     report
 }

@@ -17,6 +17,8 @@ pub enum HostVariant {
     ShortRun,
     /// Messages of at most 1 MiB.
     SmallMessages,
+    /// Readiness sets of at most 8 registrations.
+    SmallReadinessSets,
 }
 
 /// How a guest run must end for the case to pass.
@@ -96,6 +98,7 @@ pub const CATEGORIES: &[&str] = &[
     "limits",
     "wake-ups",
     "drop",
+    "readiness",
 ];
 
 /// Every case, grouped by category.
@@ -183,6 +186,10 @@ pub const CASES: &[Case] = &[
     case("drop.output-stream"),
     case("drop.byte-listener"),
     case("drop.future-byte-stream"),
+    case("readiness.register-deregister"),
+    case("readiness.only-ready-reported"),
+    case("readiness.drop-registered"),
+    with_host(case("readiness.set-full"), HostVariant::SmallReadinessSets),
 ];
 
 /// Looks a case up by name.

@@ -83,6 +83,7 @@ pub fn host_config(peer: &Peer, variant: HostVariant) -> Config {
         HostVariant::Default => {}
         HostVariant::ShortRun => limits.max_run_without_yield = Duration::from_millis(300),
         HostVariant::SmallMessages => limits.max_message_bytes = 1 << 20,
+        HostVariant::SmallReadinessSets => limits.readiness_set_entries = 8,
     }
     Config {
         policy: Policy {

@@ -17,8 +17,8 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant, SystemTime};
 
 use tether_guest_sdk::{
-    self as sdk, ConnectOptions, ErrorCode, ListenOptions, Message, MessageStream, Pollable,
-    StreamError, tcp, websocket,
+    self as sdk, ConnectOptions, ErrorCode, Interest, ListenOptions, Message, MessageStream,
+    Pollable, ReadinessSet, StreamError, tcp, websocket,
 };
 
 type Outcome = Result<String, String>;
@@ -211,6 +211,10 @@ fn run_case(name: &str, p: &Peer) -> Outcome {
         "listener.reject-bad-handshake" => ws_listener_bad_handshake(),
         "listener.subprotocol-selected" => ws_listener_subprotocol(),
         "listener.denied-bind" => denied_bind(),
+        "readiness.register-deregister" => readiness_register_deregister(p),
+        "readiness.only-ready-reported" => readiness_only_ready_reported(p),
+        "readiness.drop-registered" => readiness_drop_registered(p),
+        "readiness.set-full" => readiness_set_full(),
         "limits.send-over-max" => send_over_max(p),
         "limits.receive-over-max-1009" => receive_over_max(p),
         "limits.guest-memory" => guest_memory(),
@@ -1672,4 +1676,207 @@ fn drop_output_stream(p: &Peer) -> Outcome {
     ready_after_drop("output-stream pollable", &ready)?;
     drop((stream, input));
     Ok("ready once the output stream was dropped, no trap".into())
+}
+
+// ---- readiness sets (tether:streams/readiness) ------------------------------
+//
+// Level-triggered: an entry is reported while its condition holds; keys of
+// dropped resources and deregistered entries are never reported.
+
+/// Registrations reported within `ms` milliseconds (empty if none).
+fn ready_keys(set: &ReadinessSet, ready: &Pollable, ms: u64) -> Vec<(u64, Interest)> {
+    let deadline = sdk::monotonic_clock::now() + ms * 1_000_000;
+    let mut keys = sdk::wait_ready_until(set, ready, 64, deadline);
+    keys.sort_by_key(|&(k, i)| (k, i as u8));
+    keys
+}
+
+/// Receives one message on `ws` within 2 s (it was reported ready).
+fn take_one(ws: &Ws) -> Result<Message, String> {
+    match ws.stream.receive() {
+        Ok(Some(m)) => Ok(m),
+        other => Err(format!("reported ready, but receive gave {other:?}")),
+    }
+}
+
+fn readiness_register_deregister(p: &Peer) -> Outcome {
+    let ws = open(&p.ws("/echo"), &[])?;
+    let set = ReadinessSet::new();
+    let ready = set.subscribe();
+    let reg = |interest, key| {
+        set.register_message_stream(&ws.stream, interest, key)
+            .map_err(|e| format!("register {interest:?} as {key}: {}", describe(&e)))
+    };
+    reg(Interest::Receive, 1)?;
+    reg(Interest::Send, 2)?;
+    ensure!(set.len() == 2, "len {} after 2 registrations", set.len());
+    let keys = ready_keys(&set, &ready, 500);
+    ensure!(
+        keys == [(2, Interest::Send)],
+        "an empty outbound buffer is ready at once and nothing was received: got {keys:?}"
+    );
+    ensure!(set.deregister(2, Interest::Send), "deregister gave false");
+    ensure!(
+        !set.deregister(2, Interest::Send),
+        "a second deregister of the same entry gave true"
+    );
+    let keys = ready_keys(&set, &ready, 50);
+    ensure!(
+        keys.is_empty(),
+        "a deregistered entry was reported: {keys:?}"
+    );
+    match set.register_message_stream(&ws.stream, Interest::Accept, 3) {
+        Err(ErrorCode::InvalidArgument(_)) => {}
+        other => return Err(format!("accept on a message stream gave {other:?}")),
+    }
+    // Re-registering (key, interest) replaces it: still one entry.
+    reg(Interest::Receive, 1)?;
+    ensure!(set.len() == 1, "len {} after a replacement", set.len());
+    ws.send(&Message::Text("ping".into()))?;
+    let keys = ready_keys(&set, &ready, 2000);
+    ensure!(
+        keys == [(1, Interest::Receive)],
+        "after the echo came back: {keys:?}"
+    );
+    let keys = ready_keys(&set, &ready, 0);
+    ensure!(
+        keys == [(1, Interest::Receive)],
+        "level-triggered: reported again until received, got {keys:?}"
+    );
+    take_one(&ws)?;
+    let keys = ready_keys(&set, &ready, 50);
+    ensure!(keys.is_empty(), "received: still reported {keys:?}");
+    Ok("register, replace, deregister, wrong interest: as the WIT says".into())
+}
+
+fn readiness_only_ready_reported(p: &Peer) -> Outcome {
+    const STREAMS: u64 = 16;
+    let set = ReadinessSet::new();
+    let ready = set.subscribe();
+    let mut streams = Vec::new();
+    for key in 0..STREAMS {
+        let ws = open(&p.ws("/echo"), &[])?;
+        set.register_message_stream(&ws.stream, Interest::Receive, key)
+            .map_err(|e| format!("register {key}: {}", describe(&e)))?;
+        streams.push(ws);
+    }
+    let keys = ready_keys(&set, &ready, 50);
+    ensure!(keys.is_empty(), "nothing sent yet, got {keys:?}");
+    let chosen = [3_u64, 11];
+    for &k in &chosen {
+        streams[k as usize].send(&Message::Binary(vec![k as u8; 8]))?;
+    }
+    let want: Vec<(u64, Interest)> = chosen.iter().map(|&k| (k, Interest::Receive)).collect();
+    let deadline = sdk::monotonic_clock::now() + 2_000_000_000;
+    let mut seen = Vec::new();
+    while seen.len() < want.len() && sdk::monotonic_clock::now() < deadline {
+        for entry in sdk::wait_ready_until(&set, &ready, 64, deadline) {
+            ensure!(want.contains(&entry), "{entry:?} reported, never sent on");
+            if !seen.contains(&entry) {
+                seen.push(entry);
+            }
+        }
+    }
+    ensure!(
+        seen.len() == want.len(),
+        "only {seen:?} of {want:?} reported within 2 s"
+    );
+    let mut again = set.take_ready(64);
+    again.sort_by_key(|&(k, i)| (k, i as u8));
+    ensure!(
+        again == want,
+        "one take-ready with both echoes waiting: {again:?}"
+    );
+    let first = set.take_ready(1);
+    ensure!(first.len() == 1, "take-ready(1) gave {first:?}");
+    for &k in &chosen {
+        take_one(&streams[k as usize])?;
+    }
+    let keys = ready_keys(&set, &ready, 50);
+    ensure!(keys.is_empty(), "all received: still reported {keys:?}");
+    Ok(format!(
+        "{} of {STREAMS} registered streams reported, the others never",
+        want.len()
+    ))
+}
+
+fn readiness_drop_registered(p: &Peer) -> Outcome {
+    let set = ReadinessSet::new();
+    let ready = set.subscribe();
+    let a = open(&p.ws("/echo"), &[])?;
+    let b = open(&p.ws("/echo"), &[])?;
+    for (ws, key) in [(&a, 1), (&b, 2)] {
+        set.register_message_stream(&ws.stream, Interest::Receive, key)
+            .map_err(|e| format!("register {key}: {}", describe(&e)))?;
+        ws.send(&Message::Text("x".into()))?;
+    }
+    // Both echoes back (received by the host) before the drop.
+    let deadline = sdk::monotonic_clock::now() + 2_000_000_000;
+    while ready_keys(&set, &ready, 0).len() < 2 && sdk::monotonic_clock::now() < deadline {
+        sdk::wait_ready_until(&set, &ready, 64, deadline);
+    }
+    ensure!(
+        ready_keys(&set, &ready, 0).len() == 2,
+        "both echoes were not reported within 2 s"
+    );
+    drop(a);
+    ensure!(
+        set.len() == 1,
+        "len {} after dropping a registered stream",
+        set.len()
+    );
+    let keys = ready_keys(&set, &ready, 50);
+    ensure!(
+        keys == [(2, Interest::Receive)],
+        "the dropped stream's key must never be reported: {keys:?}"
+    );
+    ensure!(
+        !set.deregister(1, Interest::Receive),
+        "the dropped stream's entry was still there to deregister"
+    );
+    take_one(&b)?;
+    // The listener kind too: a registered byte listener, dropped.
+    let listener = tcp::listen("127.0.0.1:0").map_err(|e| describe(&e))?;
+    set.register_byte_listener(&listener, Interest::Accept, 7)
+        .map_err(|e| describe(&e))?;
+    drop(listener);
+    ensure!(
+        set.len() == 1,
+        "len {} after dropping the listener",
+        set.len()
+    );
+    Ok("a dropped stream's and listener's entries vanish; the rest stay".into())
+}
+
+fn readiness_set_full() -> Outcome {
+    let listener = tcp::listen("127.0.0.1:0").map_err(|e| describe(&e))?;
+    let set = ReadinessSet::new();
+    let mut n = 0;
+    let error = loop {
+        match set.register_byte_listener(&listener, Interest::Accept, n) {
+            Ok(()) => n += 1,
+            Err(e) => break e,
+        }
+        ensure!(n <= 1 << 20, "no limit after {n} registrations");
+    };
+    let ErrorCode::InvalidArgument(text) = &error else {
+        return Err(format!("the full set gave {}", describe(&error)));
+    };
+    ensure!(
+        text.contains("readiness_set_entries"),
+        "the error does not name the limit: {text}"
+    );
+    ensure!(
+        set.len() == n as u32,
+        "len {} with {n} registered",
+        set.len()
+    );
+    set.register_byte_listener(&listener, Interest::Accept, 0)
+        .map_err(|e| format!("replacing an entry of a full set: {}", describe(&e)))?;
+    ensure!(set.deregister(0, Interest::Accept), "deregister gave false");
+    set.register_byte_listener(&listener, Interest::Accept, n)
+        .map_err(|e| format!("registering after a deregister: {}", describe(&e)))?;
+    Ok(format!(
+        "full at {n} registrations: invalid-argument naming the limit"
+    ))
 }

@@ -10,12 +10,25 @@
 //! through the host's `tcp` interface, so the host's policy and TCP_NODELAY
 //! apply, with `--allow` rules as an extra guest-side filter.
 //!
-//! This is a thin driver over the sans-IO `tether-jmux` session: one loop,
-//! and one `wasi:io/poll` call per iteration over everything that can wake
-//! it (the pipe, every channel's input stream, output streams that were
-//! full, listeners, connects in progress, handshakes) plus a
+//! This is a thin driver over the sans-IO `tether-jmux` session: one loop
+//! that sleeps on a `tether:streams/readiness` set. The pipe, the
+//! listeners, every handshake and every channel's TCP stream are
+//! registered once, with the interest the loop has in them (`read` only
+//! while the channel may send: a channel without JMUX credit is not
+//! watched, which is backpressure; `write` only while the output stream is
+//! full), and a wake-up hands back only the ready registrations. Channels
+//! with work (ready sockets, session events for them) go on a dirty list:
+//! a wake-up costs O(ready entries + messages handled), not O(open
+//! channels). The sleep is one `wasi:io/poll` over the set's pollable, a
 //! monotonic-clock pollable only when the session has a deadline (the
-//! sender's 50 us drain spacing or 1 ms backstop). No periodic tick.
+//! sender's 50 us drain spacing or 1 ms backstop) and the pollables of
+//! target connects still in progress (a `future-byte-stream` has no
+//! readiness-set registration; each is in the list only until it
+//! resolves). No periodic tick.
+//!
+//! `--poll-all` (a guest option, anywhere among the arguments) keeps the
+//! old loop for comparison (`tether bench load --jmux`): every pollable in
+//! every `poll` and every channel visited on every wake-up.
 
 mod pipe;
 
@@ -23,7 +36,8 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use tether_guest_sdk::{
-    self as sdk, ErrorCode, InputStream, OutputStream, Pollable, StreamError, monotonic_clock, tcp,
+    self as sdk, ErrorCode, InputStream, Interest, OutputStream, Pollable, ReadinessSet,
+    StreamError, monotonic_clock, tcp,
 };
 use tether_jmux::proxy::cli::{self, ListenerSpec, ProxyArgs};
 use tether_jmux::proxy::rules::TargetFilter;
@@ -50,9 +64,21 @@ const HANDSHAKE_READ: u64 = 16 * 1024;
 const HOST_TIMER_RESOLUTION: std::time::Duration = std::time::Duration::from_millis(1);
 /// WebSocket close code for a JMUX protocol error from the peer.
 const CLOSE_PROTOCOL_ERROR: u16 = 4002;
+/// Ready registrations taken from the readiness set per wake-up.
+const TAKE_READY: u32 = 256;
+/// Readiness-set keys: the kind in the high 32 bits, the index (listener,
+/// handshake slot, channel id) in the low 32.
+const KEY_PIPE: u64 = 0;
+const KEY_LISTENER: u64 = 1 << 32;
+const KEY_HANDSHAKE: u64 = 2 << 32;
+const KEY_CHAN: u64 = 3 << 32;
+/// The guest option that selects the old loop (see the module docs).
+const POLL_ALL: &str = "--poll-all";
 
 fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().skip(1).collect();
+    let mut args: Vec<String> = std::env::args().skip(1).collect();
+    let poll_all = args.iter().any(|a| a == POLL_ALL);
+    args.retain(|a| a != POLL_ALL);
     let args = match cli::parse_args(&args) {
         Ok(a) => a,
         Err(e) => {
@@ -60,7 +86,7 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    match run(args) {
+    match run(args, poll_all) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("jmux: {e}");
@@ -69,8 +95,9 @@ fn main() -> ExitCode {
     }
 }
 
-fn run(args: ProxyArgs) -> Result<(), String> {
+fn run(args: ProxyArgs, poll_all: bool) -> Result<(), String> {
     let pipe = Pipe::open(&args.pipe)?;
+    let set = ReadinessSet::new();
     let mut listeners = Vec::new();
     for spec in args.listeners {
         let listener = tcp::listen(spec.bind())
@@ -84,8 +111,16 @@ fn run(args: ProxyArgs) -> Result<(), String> {
             },
             listener.local_address()
         );
+        if !poll_all {
+            set.register_byte_listener(
+                &listener,
+                Interest::Accept,
+                KEY_LISTENER | listeners.len() as u64,
+            )
+            .map_err(|e| format!("readiness set: {}", sdk::describe(&e)))?;
+        }
         listeners.push(Listener {
-            ready: listener.subscribe(),
+            ready: poll_all.then(|| listener.subscribe()),
             listener,
             spec,
             pending: true,
@@ -97,12 +132,20 @@ fn run(args: ProxyArgs) -> Result<(), String> {
         pipe,
         pipe_readable: true,
         pipe_blocked: false,
+        pipe_watch: (false, false),
         listeners,
         handshakes: Vec::new(),
+        free_handshakes: Vec::new(),
+        ready_handshakes: Vec::new(),
         connects: Vec::new(),
         chans: Vec::new(),
+        dirty: Vec::new(),
+        dirty_spare: Vec::new(),
         filter: args.filter,
         timer: None,
+        poll_all,
+        set_ready: set.subscribe(),
+        set,
     };
     let end = proxy.run();
     match &end {
@@ -123,20 +166,23 @@ fn why_not(target: &str, e: &ErrorCode) -> String {
     }
 }
 
-/// A TCP connection with its pollables (declared first: dropped first).
+/// A TCP connection (its pollables, only for `--poll-all`, declared first:
+/// dropped first).
 struct Conn {
-    rx: Pollable,
-    tx: Pollable,
+    /// The input and output streams' pollables (`--poll-all` only).
+    polls: Option<(Pollable, Pollable)>,
     input: InputStream,
     output: OutputStream,
     stream: tcp::ByteStream,
 }
 
 impl Conn {
-    fn new((stream, input, output): (tcp::ByteStream, InputStream, OutputStream)) -> Conn {
+    fn new(
+        (stream, input, output): (tcp::ByteStream, InputStream, OutputStream),
+        poll_all: bool,
+    ) -> Conn {
         Conn {
-            rx: input.subscribe(),
-            tx: output.subscribe(),
+            polls: poll_all.then(|| (input.subscribe(), output.subscribe())),
             input,
             output,
             stream,
@@ -154,7 +200,8 @@ impl Conn {
 }
 
 struct Listener {
-    ready: Pollable,
+    /// The accept pollable (`--poll-all` only).
+    ready: Option<Pollable>,
     listener: tcp::ByteListener,
     spec: ListenerSpec,
     /// Connections may be waiting (untried, or the pollable fired): only
@@ -162,10 +209,12 @@ struct Listener {
     pending: bool,
 }
 
-/// A client connection in its SOCKS5 or HTTP proxy handshake.
+/// A client connection in its SOCKS5 or HTTP proxy handshake, registered
+/// for `read` under its slot.
 struct Handshake {
     conn: Conn,
     kind: HandshakeKind,
+    /// Bytes may be waiting (and the slot is on the ready list).
     readable: bool,
 }
 
@@ -222,6 +271,12 @@ struct Chan {
     lingering: bool,
     /// A read or write on the socket failed: it is gone.
     failed: bool,
+    /// On the dirty list.
+    dirty: bool,
+    /// Registered for `read` / `write` (or, with `--poll-all`, in the
+    /// list).
+    watch_read: bool,
+    watch_write: bool,
 }
 
 impl Chan {
@@ -243,18 +298,39 @@ impl Chan {
             shut: false,
             lingering: false,
             failed: false,
+            dirty: false,
+            watch_read: false,
+            watch_write: false,
         }
     }
 
+    /// Whether to watch the input stream: the channel may send (it is
+    /// open and has JMUX credit: no credit is backpressure, and the socket
+    /// is not read), or it lingers and waits for the other end to close.
+    /// Level-triggered, so it stays registered while bytes are read.
     fn wants_read(&self) -> bool {
-        if self.lingering {
-            return !self.readable && !self.read_eof && !self.failed;
+        if self.read_eof || self.failed {
+            return false;
         }
-        self.opened
-            && !self.readable
-            && !self.read_eof
-            && !self.read_stopped
-            && self.pending_off >= self.pending.len()
+        self.lingering || (self.opened && !self.read_stopped && !self.send_blocked)
+    }
+
+    /// Whether a pump would make progress without a new event (reads cut
+    /// short by [`READS_PER_TURN`], bytes the session has not taken yet, an
+    /// EOF to pass on).
+    fn has_work(&self) -> bool {
+        if !self.opened || self.lingering || self.read_stopped {
+            return false;
+        }
+        if self.pending_off < self.pending.len() {
+            // Bytes read but not taken: on once credit or room is back.
+            return !self.send_blocked;
+        }
+        if self.read_eof {
+            !self.eof_sent
+        } else {
+            self.readable
+        }
     }
 }
 
@@ -271,20 +347,52 @@ enum Wake {
     Timer,
 }
 
+impl Wake {
+    /// The wake-up a readiness-set entry stands for.
+    fn from_key(key: u64, interest: Interest) -> Option<Wake> {
+        let index = (key & 0xffff_ffff) as usize;
+        let read = matches!(interest, Interest::Receive | Interest::Read);
+        Some(match key & !0xffff_ffff {
+            KEY_PIPE if read => Wake::PipeRx,
+            KEY_PIPE => Wake::PipeTx,
+            KEY_LISTENER => Wake::Listener(index),
+            KEY_HANDSHAKE => Wake::Handshake(index),
+            KEY_CHAN if read => Wake::ChanRead(index),
+            KEY_CHAN => Wake::ChanWrite(index),
+            _ => return None,
+        })
+    }
+}
+
 struct Proxy {
     session: Session,
     pipe: Pipe,
     pipe_readable: bool,
     pipe_blocked: bool,
+    /// The pipe's receive and send sides are registered.
+    pipe_watch: (bool, bool),
     listeners: Vec<Listener>,
-    handshakes: Vec<Handshake>,
+    /// Indexed by slot (the readiness key's index).
+    handshakes: Vec<Option<Handshake>>,
+    free_handshakes: Vec<usize>,
+    /// Slots with bytes to read.
+    ready_handshakes: Vec<usize>,
     connects: Vec<Connecting>,
     /// Indexed by channel id.
     chans: Vec<Option<Chan>>,
+    /// Channels to pump on the next turn, each once ([`Chan::dirty`]).
+    dirty: Vec<u32>,
+    /// The dirty list's other buffer (swapped each turn).
+    dirty_spare: Vec<u32>,
     filter: TargetFilter,
     /// The clock pollable and the deadline it was made for (re-armed only
     /// when the deadline changes).
     timer: Option<(Instant, Pollable)>,
+    /// `--poll-all`: the old loop.
+    poll_all: bool,
+    /// The set's pollable (declared before the set: dropped first).
+    set_ready: Pollable,
+    set: ReadinessSet,
 }
 
 /// `ip:port` / `[v6]:port` for the host's `tcp.connect`.
@@ -331,9 +439,204 @@ impl Proxy {
         self.chans[i] = Some(chan);
     }
 
+    /// Puts a channel on the dirty list (once).
+    fn mark_dirty(&mut self, id: ChannelId) {
+        if let Some(chan) = self.chan(id)
+            && !chan.dirty
+        {
+            chan.dirty = true;
+            self.dirty.push(id.0);
+        }
+    }
+
+    /// Registers or deregisters a channel's `read` and `write` interests
+    /// to match what it waits for; puts it back on the dirty list if it has
+    /// work left. A registration the set refuses (full) fails the channel.
+    fn after_pump(&mut self, id: ChannelId) {
+        let Proxy {
+            chans,
+            set,
+            poll_all,
+            session,
+            ..
+        } = self;
+        let Some(chan) = chans.get_mut(id.0 as usize).and_then(Option::as_mut) else {
+            return;
+        };
+        let key = KEY_CHAN | u64::from(id.0);
+        let mut refused = None;
+        for (interest, want, watching) in [
+            (Interest::Read, chan.wants_read(), &mut chan.watch_read),
+            (Interest::Write, !chan.writable, &mut chan.watch_write),
+        ] {
+            if want == *watching {
+                continue;
+            }
+            *watching = want;
+            if *poll_all {
+                continue;
+            }
+            if !want {
+                set.deregister(key, interest);
+            } else if let Err(e) = set.register_byte_stream(&chan.conn.stream, interest, key) {
+                refused = Some(e);
+            }
+        }
+        if let Some(e) = refused {
+            eprintln!("jmux: {id}: readiness set: {}", sdk::describe(&e));
+            chan.read_stopped = true;
+            chan.failed = true;
+            chan.writable = true;
+            let _ = session.abort(id);
+        }
+        if chan.has_work() {
+            self.mark_dirty(id);
+        }
+    }
+
+    /// Registers the pipe's sides the loop waits for: receive while the
+    /// session takes input, send while the pipe is full.
+    fn watch_pipe(&mut self) -> Result<(), String> {
+        let want = (self.session.wants_input(), self.pipe_blocked);
+        if self.poll_all || want == self.pipe_watch {
+            return Ok(());
+        }
+        if want.0 != self.pipe_watch.0 {
+            self.pipe.watch(&self.set, KEY_PIPE, true, want.0)?;
+        }
+        if want.1 != self.pipe_watch.1 {
+            self.pipe.watch(&self.set, KEY_PIPE, false, want.1)?;
+        }
+        self.pipe_watch = want;
+        Ok(())
+    }
+
+    /// Records what a wake-up says is ready.
+    fn on_wake(&mut self, wake: Wake) {
+        match wake {
+            Wake::PipeRx => self.pipe_readable = true,
+            Wake::PipeTx => self.pipe_blocked = false,
+            Wake::Listener(l) => {
+                if let Some(l) = self.listeners.get_mut(l) {
+                    l.pending = true;
+                }
+            }
+            Wake::Connect | Wake::Timer => {}
+            Wake::Handshake(h) => {
+                if let Some(Some(hs)) = self.handshakes.get_mut(h)
+                    && !hs.readable
+                {
+                    hs.readable = true;
+                    self.ready_handshakes.push(h);
+                }
+            }
+            Wake::ChanRead(c) | Wake::ChanWrite(c) => {
+                let id = ChannelId(c as u32);
+                if let Some(chan) = self.chan(id) {
+                    if matches!(wake, Wake::ChanRead(_)) {
+                        chan.readable = true;
+                    } else {
+                        chan.writable = true;
+                    }
+                    self.mark_dirty(id);
+                }
+            }
+        }
+    }
+
+    /// Sleeps until something registered is ready, the timer fires or a
+    /// connect resolves: O(ready entries + connects in progress).
+    fn wait(&mut self) -> Result<(), String> {
+        self.watch_pipe()?;
+        if self.poll_all {
+            self.wait_poll_all();
+            return Ok(());
+        }
+        loop {
+            let ready = self.set.take_ready(TAKE_READY);
+            let woke = !ready.is_empty();
+            for (key, interest) in ready {
+                if let Some(wake) = Wake::from_key(key, interest) {
+                    self.on_wake(wake);
+                }
+            }
+            if woke && self.connects.is_empty() {
+                return Ok(());
+            }
+            // Sleep on the set, the timer and the connects in flight; or,
+            // when entries were taken, only look whether the connects have
+            // resolved (a zero timer: the poll returns at once).
+            let now = woke.then(|| monotonic_clock::subscribe_duration(0));
+            let mut list: Vec<&Pollable> = Vec::with_capacity(3 + self.connects.len());
+            list.push(&self.set_ready);
+            list.extend(&now);
+            list.extend(self.timer.as_ref().map(|(_, t)| t));
+            list.extend(self.connects.iter().map(|c| &c.ready));
+            let fired = sdk::poll(&list);
+            drop(list);
+            // Anything but the set's own pollable (connects: the next
+            // turn takes their results) ends the wait.
+            if woke || fired.iter().any(|&i| i != 0) {
+                return Ok(());
+            }
+        }
+    }
+
+    /// The old loop's sleep (`--poll-all`): every pollable the loop could
+    /// wait on, in one `poll`, built anew on every wake-up.
+    fn wait_poll_all(&mut self) {
+        let mut wakes = Vec::new();
+        let mut list: Vec<&Pollable> = Vec::new();
+        if self.session.wants_input() {
+            list.push(self.pipe.rx());
+            wakes.push(Wake::PipeRx);
+        }
+        if self.pipe_blocked {
+            list.push(self.pipe.tx());
+            wakes.push(Wake::PipeTx);
+        }
+        for (i, l) in self.listeners.iter().enumerate() {
+            if let Some(ready) = &l.ready {
+                list.push(ready);
+                wakes.push(Wake::Listener(i));
+            }
+        }
+        for (i, h) in self.handshakes.iter().enumerate() {
+            if let Some((rx, _)) = h.as_ref().and_then(|h| h.conn.polls.as_ref()) {
+                list.push(rx);
+                wakes.push(Wake::Handshake(i));
+            }
+        }
+        for c in &self.connects {
+            list.push(&c.ready);
+            wakes.push(Wake::Connect);
+        }
+        for (i, chan) in self.chans.iter().enumerate() {
+            let Some(chan) = chan else { continue };
+            let Some((rx, tx)) = &chan.conn.polls else {
+                continue;
+            };
+            if chan.watch_read && !chan.readable {
+                list.push(rx);
+                wakes.push(Wake::ChanRead(i));
+            }
+            if chan.watch_write {
+                list.push(tx);
+                wakes.push(Wake::ChanWrite(i));
+            }
+        }
+        if let Some((_, timer)) = &self.timer {
+            list.push(timer);
+            wakes.push(Wake::Timer);
+        }
+        let ready = sdk::poll(&list);
+        drop(list);
+        for i in ready {
+            self.on_wake(wakes[i as usize]);
+        }
+    }
+
     fn run(&mut self) -> Result<(), String> {
-        let mut ready: Vec<u32> = Vec::new();
-        let mut wakes: Vec<Wake> = Vec::new();
         loop {
             let now = Instant::now();
             // Input from the pipe first: it carries credit and answers.
@@ -358,6 +661,7 @@ impl Proxy {
                 self.write_pipe()?;
             }
             busy |= self.process_events();
+            busy |= !self.dirty.is_empty() || !self.ready_handshakes.is_empty();
             busy |= if self.session.wants_input() {
                 self.pipe_readable
             } else {
@@ -395,65 +699,7 @@ impl Proxy {
             } else {
                 self.timer = None;
             }
-            wakes.clear();
-            let mut list: Vec<&Pollable> = Vec::new();
-            if self.session.wants_input() {
-                list.push(self.pipe.rx());
-                wakes.push(Wake::PipeRx);
-            }
-            if self.pipe_blocked {
-                list.push(self.pipe.tx());
-                wakes.push(Wake::PipeTx);
-            }
-            for (i, l) in self.listeners.iter().enumerate() {
-                list.push(&l.ready);
-                wakes.push(Wake::Listener(i));
-            }
-            for (i, h) in self.handshakes.iter().enumerate() {
-                list.push(&h.conn.rx);
-                wakes.push(Wake::Handshake(i));
-            }
-            for c in &self.connects {
-                list.push(&c.ready);
-                wakes.push(Wake::Connect);
-            }
-            for (i, chan) in self.chans.iter().enumerate() {
-                let Some(chan) = chan else { continue };
-                if chan.wants_read() && (!chan.send_blocked || chan.lingering) {
-                    list.push(&chan.conn.rx);
-                    wakes.push(Wake::ChanRead(i));
-                }
-                if !chan.writable {
-                    list.push(&chan.conn.tx);
-                    wakes.push(Wake::ChanWrite(i));
-                }
-            }
-            if let Some((_, timer)) = &self.timer {
-                list.push(timer);
-                wakes.push(Wake::Timer);
-            }
-            ready.clear();
-            ready.extend(sdk::poll(&list));
-            drop(list);
-            for &i in &ready {
-                match wakes[i as usize] {
-                    Wake::PipeRx => self.pipe_readable = true,
-                    Wake::PipeTx => self.pipe_blocked = false,
-                    Wake::Listener(l) => self.listeners[l].pending = true,
-                    Wake::Connect | Wake::Timer => {}
-                    Wake::Handshake(h) => self.handshakes[h].readable = true,
-                    Wake::ChanRead(c) => {
-                        if let Some(chan) = self.chans[c].as_mut() {
-                            chan.readable = true;
-                        }
-                    }
-                    Wake::ChanWrite(c) => {
-                        if let Some(chan) = self.chans[c].as_mut() {
-                            chan.writable = true;
-                        }
-                    }
-                }
-            }
+            self.wait()?;
             if self.pipe_blocked {
                 // Still blocked: nothing to flush until the pipe has room.
                 continue;
@@ -505,9 +751,14 @@ impl Proxy {
         Ok(())
     }
 
-    /// Handles the session's events. Returns whether there were any.
+    /// Handles the session's events (and the peer's CLOSEs): channels they
+    /// concern go on the dirty list. Returns whether there were any.
     fn process_events(&mut self) -> bool {
         let mut any = false;
+        while let Some(id) = self.session.poll_peer_closed() {
+            any = true;
+            self.mark_dirty(id);
+        }
         while let Some(event) = self.session.poll_event() {
             any = true;
             match event {
@@ -524,6 +775,7 @@ impl Proxy {
                             Greeting::HttpConnect => chan.out.extend_from_slice(http::CONNECT_OK),
                             Greeting::None => {}
                         }
+                        self.mark_dirty(id);
                     }
                 }
                 Event::OpenFailed {
@@ -550,10 +802,11 @@ impl Proxy {
                     }
                     let _ = chan.conn.stream.shutdown_send();
                 }
-                Event::Data { .. } => {}
+                Event::Data { id } => self.mark_dirty(id),
                 Event::Eof { id } => {
                     if let Some(chan) = self.chan(id) {
                         chan.peer_eof = true;
+                        self.mark_dirty(id);
                     }
                 }
                 Event::Closed { id } => {
@@ -564,6 +817,7 @@ impl Proxy {
                 Event::Writable { id } => {
                     if let Some(chan) = self.chan(id) {
                         chan.send_blocked = false;
+                        self.mark_dirty(id);
                     }
                 }
                 Event::Dropped {
@@ -621,6 +875,8 @@ impl Proxy {
         }
     }
 
+    /// Takes the results of the connects that resolved (O(connects in
+    /// flight), a handful: each is in the list only until it resolves).
     fn progress_connects(&mut self) {
         for i in 0..self.connects.len() {
             let c = &mut self.connects[i];
@@ -635,10 +891,9 @@ impl Proxy {
                         // The target socket keeps the channel in use until
                         // it is gone (see `release_if_gone`).
                         let _ = self.session.hold(id);
-                        self.insert_chan(
-                            id,
-                            Chan::new(Conn::new(parts), true, Greeting::None, Vec::new()),
-                        );
+                        let conn = Conn::new(parts, self.poll_all);
+                        self.insert_chan(id, Chan::new(conn, true, Greeting::None, Vec::new()));
+                        self.mark_dirty(id);
                     }
                 }
                 Err(e) => {
@@ -665,23 +920,19 @@ impl Proxy {
                         break;
                     }
                 };
-                let conn = Conn::new(parts);
-                match &self.listeners[i].spec {
+                let conn = Conn::new(parts, self.poll_all);
+                let kind = match &self.listeners[i].spec {
                     ListenerSpec::Tcp { target, .. } => {
                         let target = target.clone();
                         self.open_channel(conn, &target, Greeting::None, Vec::new(), now);
+                        continue;
                     }
-                    ListenerSpec::Socks5 { .. } => self.handshakes.push(Handshake {
-                        conn,
-                        kind: HandshakeKind::Socks(socks5::Socks5Handshake::new()),
-                        readable: true,
-                    }),
-                    ListenerSpec::Http { .. } => self.handshakes.push(Handshake {
-                        conn,
-                        kind: HandshakeKind::Http(Vec::new()),
-                        readable: true,
-                    }),
-                }
+                    ListenerSpec::Socks5 { .. } => {
+                        HandshakeKind::Socks(socks5::Socks5Handshake::new())
+                    }
+                    ListenerSpec::Http { .. } => HandshakeKind::Http(Vec::new()),
+                };
+                self.start_handshake(conn, kind);
             }
         }
     }
@@ -712,14 +963,58 @@ impl Proxy {
         }
     }
 
-    /// Moves SOCKS5 and HTTP proxy handshakes along; a finished one opens
-    /// its channel.
+    /// Puts a client connection in a handshake slot, registered for
+    /// `read`, and on the ready list (bytes may be there already).
+    fn start_handshake(&mut self, conn: Conn, kind: HandshakeKind) {
+        let slot = self.free_handshakes.pop().unwrap_or(self.handshakes.len());
+        if !self.poll_all
+            && let Err(e) = self.set.register_byte_stream(
+                &conn.stream,
+                Interest::Read,
+                KEY_HANDSHAKE | slot as u64,
+            )
+        {
+            eprintln!(
+                "jmux: proxy client dropped: readiness set: {}",
+                sdk::describe(&e)
+            );
+            let _ = conn.stream.shutdown_send();
+            return;
+        }
+        let h = Handshake {
+            conn,
+            kind,
+            readable: true,
+        };
+        if slot == self.handshakes.len() {
+            self.handshakes.push(Some(h));
+        } else {
+            self.handshakes[slot] = Some(h);
+        }
+        self.ready_handshakes.push(slot);
+    }
+
+    /// Takes a handshake out of its slot (and its registration out of the
+    /// set: the connection lives on as a channel).
+    fn end_handshake(&mut self, slot: usize) -> Handshake {
+        let h = self.handshakes[slot].take().expect("a live handshake slot");
+        self.free_handshakes.push(slot);
+        if !self.poll_all {
+            self.set
+                .deregister(KEY_HANDSHAKE | slot as u64, Interest::Read);
+        }
+        h
+    }
+
+    /// Moves the SOCKS5 and HTTP proxy handshakes with bytes to read along
+    /// (one read each per turn); a finished one opens its channel.
     fn progress_handshakes(&mut self, now: Instant) {
-        let mut i = 0;
-        while i < self.handshakes.len() {
-            let h = &mut self.handshakes[i];
+        let mut ready = std::mem::take(&mut self.ready_handshakes);
+        for i in ready.drain(..) {
+            let Some(h) = self.handshakes[i].as_mut() else {
+                continue;
+            };
             if !h.readable {
-                i += 1;
                 continue;
             }
             enum Outcome {
@@ -781,30 +1076,46 @@ impl Proxy {
                 },
             };
             match outcome {
-                Outcome::Wait => i += 1,
+                Outcome::Wait => {
+                    if h.readable {
+                        self.ready_handshakes.push(i);
+                    }
+                }
                 Outcome::Drop => {
-                    let h = self.handshakes.swap_remove(i);
+                    let h = self.end_handshake(i);
                     let _ = h.conn.stream.shutdown_send();
                 }
                 Outcome::Open(dest, greeting, pending) => {
-                    let h = self.handshakes.swap_remove(i);
+                    let h = self.end_handshake(i);
                     self.open_channel(h.conn, &dest, greeting, pending, now);
                 }
             }
         }
+        if self.ready_handshakes.is_empty() {
+            // Keep the list's allocation.
+            self.ready_handshakes = ready;
+        }
     }
 
-    /// Moves bytes between every channel and its TCP connection.
+    /// Moves bytes between each dirty channel and its TCP connection
+    /// (with `--poll-all`, every channel, as the old loop did).
     fn pump_channels(&mut self, now: Instant) -> Result<(), String> {
-        for i in 0..self.chans.len() {
-            if self.chans[i].is_none() {
-                continue;
+        if self.poll_all {
+            for i in 0..self.chans.len() {
+                self.mark_dirty(ChannelId(i as u32));
             }
-            let id = ChannelId(i as u32);
+        }
+        let mut list = std::mem::replace(&mut self.dirty, std::mem::take(&mut self.dirty_spare));
+        for raw in list.drain(..) {
+            let id = ChannelId(raw);
+            let Some(chan) = self.chan(id) else { continue };
+            chan.dirty = false;
             self.pump_write(id);
             self.pump_read(id, now)?;
             self.release_if_gone(id);
+            self.after_pump(id);
         }
+        self.dirty_spare = list;
         Ok(())
     }
 

@@ -2,8 +2,8 @@
 //! binary messages, concatenated into one byte stream) or a TCP connection.
 
 use tether_guest_sdk::{
-    self as sdk, ErrorCode, ListenOptions, Message, MessageStream, Pollable, StreamError,
-    monotonic_clock, tcp, websocket,
+    self as sdk, ErrorCode, Interest, ListenOptions, Message, MessageStream, Pollable,
+    ReadinessSet, StreamError, monotonic_clock, tcp, websocket,
 };
 use tether_jmux::proxy::cli::PipeSpec;
 
@@ -140,6 +140,29 @@ impl Pipe {
         match self {
             Pipe::Ws { tx, .. } | Pipe::Tcp { tx, .. } => tx,
         }
+    }
+
+    /// Registers (`on`) or deregisters in `set`, under `key`, the pipe's
+    /// receive side (`rx`: a message or bytes to read) or send side (room
+    /// to write).
+    ///
+    /// Errors: the set is full.
+    pub fn watch(&self, set: &ReadinessSet, key: u64, rx: bool, on: bool) -> Result<(), String> {
+        let interest = match (self, rx) {
+            (Pipe::Ws { .. }, true) => Interest::Receive,
+            (Pipe::Ws { .. }, false) => Interest::Send,
+            (Pipe::Tcp { .. }, true) => Interest::Read,
+            (Pipe::Tcp { .. }, false) => Interest::Write,
+        };
+        if !on {
+            set.deregister(key, interest);
+            return Ok(());
+        }
+        match self {
+            Pipe::Ws { stream, .. } => set.register_message_stream(stream, interest, key),
+            Pipe::Tcp { conn, .. } => set.register_byte_stream(&conn.stream, interest, key),
+        }
+        .map_err(|e| format!("pipe: readiness set: {}", sdk::describe(&e)))
     }
 
     /// Takes what arrived, without blocking.

@@ -356,6 +356,13 @@ pub struct Session {
     events: VecDeque<Event>,
     /// Channels whose `send_data` was cut short by output room.
     waiting_for_room: VecDeque<u32>,
+    /// Open timeouts of our OPENs still waiting for an answer (not
+    /// abandoned), earliest first: [`Session::next_deadline`] and
+    /// [`Session::handle_timeout`] cost O(log channels), not O(channels).
+    open_deadlines: BTreeSet<(Instant, u32)>,
+    /// Channels whose CLOSE arrived from the peer since the driver last
+    /// asked ([`Session::poll_peer_closed`]); ids leave when freed.
+    peer_closed: BTreeSet<u32>,
     error: Option<SessionError>,
     stats: Stats,
 }
@@ -409,6 +416,8 @@ impl Session {
             input_paused: false,
             events: VecDeque::new(),
             waiting_for_room: VecDeque::new(),
+            open_deadlines: BTreeSet::new(),
+            peer_closed: BTreeSet::new(),
             error: None,
             stats: Stats::default(),
             config,
@@ -474,6 +483,8 @@ impl Session {
     }
 
     fn free(&mut self, id: ChannelId) {
+        self.forget_open_deadline(id);
+        self.peer_closed.remove(&id.0);
         if let Some(ch) = self.channels[id.0 as usize].take() {
             self.exposure -= ch.exposure();
             self.live -= 1;
@@ -504,6 +515,18 @@ impl Session {
             if after < before && self.credit_waiting {
                 self.grant_waiting();
             }
+        }
+    }
+
+    /// Removes the channel's open timeout from [`Session::open_deadlines`]
+    /// (its OPEN was answered, abandoned, or the channel is freed).
+    fn forget_open_deadline(&mut self, id: ChannelId) {
+        if let Some(Phase::Opening {
+            deadline: Some(deadline),
+            ..
+        }) = self.get(id).map(|ch| ch.phase)
+        {
+            self.open_deadlines.remove(&(deadline, id.0));
         }
     }
 
@@ -591,6 +614,9 @@ impl Session {
         let id = self.alloc(channel).ok_or(ChannelError::TooManyChannels {
             max: self.config.max_channels,
         })?;
+        if let Some(deadline) = deadline {
+            self.open_deadlines.insert((deadline, id.0));
+        }
         self.queue(Message::Open {
             sender_channel_id: id.0,
             initial_window_size: window,
@@ -803,6 +829,7 @@ impl Session {
     ///
     /// Source: JMUX spec, "Channel life cycle".
     pub fn abort(&mut self, id: ChannelId) -> Result<(), ChannelError> {
+        self.forget_open_deadline(id);
         let ch = self.get_mut(id).ok_or(ChannelError::UnknownChannel(id))?;
         match ch.phase {
             Phase::Opening { deadline, .. } => {
@@ -1169,6 +1196,7 @@ impl Session {
 
     fn on_open_success(&mut self, raw: u32, remote_id: u32, window: u32, max_packet: u16) {
         let id = ChannelId(raw);
+        self.forget_open_deadline(id);
         let Some(ch) = self.get_mut(id) else {
             self.dropped(raw, MessageType::OpenSuccess, DropReason::UnknownChannel);
             return;
@@ -1331,6 +1359,7 @@ impl Session {
             return;
         }
         self.update_channel(id, |ch| ch.close_received = true);
+        self.peer_closed.insert(id.0);
         let ch = self.get_mut(id).expect("checked");
         ch.want_writable = false;
         if !ch.close_sent {
@@ -1348,27 +1377,45 @@ impl Session {
     /// Handles protocol timers due at `now` (the optional open timeout).
     /// Call when [`Session::next_deadline`] has passed; harmless otherwise.
     pub fn handle_timeout(&mut self, now: Instant) {
-        for idx in 0..self.channels.len() {
-            let Some(ch) = self.channels[idx].as_mut() else {
+        while let Some(&(deadline, raw)) = self.open_deadlines.first() {
+            if now < deadline {
+                break;
+            }
+            self.open_deadlines.pop_first();
+            let Some(ch) = self.channels.get_mut(raw as usize).and_then(Option::as_mut) else {
                 continue;
             };
-            if let Phase::Opening {
-                deadline: Some(deadline),
-                abandoned: false,
-            } = ch.phase
-                && now >= deadline
-            {
-                ch.phase = Phase::Opening {
-                    deadline: None,
-                    abandoned: true,
-                };
-                self.events.push_back(Event::OpenFailed {
-                    id: ChannelId(idx as u32),
-                    reason: ReasonCode::TtlExpired,
-                    description: "no answer to OPEN before the open timeout".to_owned(),
-                });
-            }
+            // Kept in step with the phase (see `forget_open_deadline`).
+            debug_assert_eq!(
+                ch.phase,
+                Phase::Opening {
+                    deadline: Some(deadline),
+                    abandoned: false
+                }
+            );
+            ch.phase = Phase::Opening {
+                deadline: None,
+                abandoned: true,
+            };
+            self.events.push_back(Event::OpenFailed {
+                id: ChannelId(raw),
+                reason: ReasonCode::TtlExpired,
+                description: "no answer to OPEN before the open timeout".to_owned(),
+            });
         }
+    }
+
+    /// A channel whose CLOSE arrived from the peer since the last call
+    /// (lowest id first), once each; `None` when there is none. No
+    /// [`Event`] reports it: a driver that keeps the channel's socket after
+    /// CLOSE ([`Session::hold`]) learns here, without visiting every
+    /// channel, that CLOSE may have gone both ways (check
+    /// [`Session::channel`]). Ids of freed channels leave the set, so it
+    /// holds at most the channels in use.
+    ///
+    /// Source: JMUX spec, "Closing a Channel".
+    pub fn poll_peer_closed(&mut self) -> Option<ChannelId> {
+        self.peer_closed.pop_first().map(ChannelId)
     }
 
     /// The next event, in order; `None` when there is none.
@@ -1420,18 +1467,7 @@ impl Session {
     /// `None`: sleep until I/O. Control messages queued since the last call
     /// taking `now` are not covered: call `poll_flush` before sleeping.
     pub fn next_deadline(&self) -> Option<Instant> {
-        let opens = self
-            .channels
-            .iter()
-            .flatten()
-            .filter_map(|ch| match ch.phase {
-                Phase::Opening {
-                    deadline,
-                    abandoned: false,
-                } => deadline,
-                _ => None,
-            })
-            .min();
+        let opens = self.open_deadlines.first().map(|&(deadline, _)| deadline);
         match (self.sender.next_deadline(), opens) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),

@@ -548,6 +548,77 @@ fn abort_sends_close_at_once_without_eof() {
 }
 
 #[test]
+fn open_timeouts_follow_each_open_and_leave_when_answered_or_aborted() {
+    let mut h = Harness::new(Config {
+        open_timeout: Some(Duration::from_secs(5)),
+        ..Config::default()
+    });
+    let t0 = h.now;
+    let answered = h.open_ok(7, 1000, 4096);
+    h.now = t0 + Duration::from_secs(1);
+    let aborted = h.s.open(&Destination::tcp("slow", 1), h.now).unwrap();
+    h.now = t0 + Duration::from_secs(2);
+    let waiting = h.s.open(&Destination::tcp("slow", 2), h.now).unwrap();
+    h.output();
+    assert_eq!(
+        h.s.next_deadline(),
+        Some(t0 + Duration::from_secs(6)),
+        "the answered open has no deadline; the earliest unanswered one counts"
+    );
+    h.s.abort(aborted).unwrap();
+    assert_eq!(h.s.next_deadline(), Some(t0 + Duration::from_secs(7)));
+    h.s.handle_timeout(t0 + Duration::from_secs(7));
+    assert_eq!(
+        h.events(),
+        vec![Event::OpenFailed {
+            id: waiting,
+            reason: ReasonCode::TtlExpired,
+            description: "no answer to OPEN before the open timeout".into(),
+        }],
+        "only the open still waiting times out"
+    );
+    assert_eq!(h.s.next_deadline(), None);
+    assert_eq!(
+        h.s.channel(answered).unwrap().state,
+        ChannelState::Open,
+        "the answered channel is untouched"
+    );
+}
+
+#[test]
+fn peer_close_is_reported_once_per_channel_and_forgotten_when_freed() {
+    let mut h = Harness::new(Config::default());
+    let a = h.open_ok(10, 1000, 4096);
+    let b = h.open_ok(11, 1000, 4096);
+    let c = h.open_ok(12, 1000, 4096);
+    assert_eq!(h.s.poll_peer_closed(), None);
+    h.s.hold(a).unwrap();
+    h.s.hold(c).unwrap();
+    h.feed(&[
+        Message::Close {
+            recipient_channel_id: c.0,
+        },
+        Message::Close {
+            recipient_channel_id: a.0,
+        },
+    ])
+    .unwrap();
+    assert_eq!(h.s.poll_peer_closed(), Some(a));
+    assert_eq!(h.s.poll_peer_closed(), Some(c));
+    assert_eq!(h.s.poll_peer_closed(), None, "each CLOSE is reported once");
+    let info = h.s.channel(a).unwrap();
+    assert!(info.close_sent && info.close_received);
+    // A CLOSE on a channel the driver does not hold frees it at once: its
+    // id leaves the set with it.
+    h.feed(&[Message::Close {
+        recipient_channel_id: b.0,
+    }])
+    .unwrap();
+    assert!(h.s.channel(b).is_none());
+    assert_eq!(h.s.poll_peer_closed(), None);
+}
+
+#[test]
 fn abandoned_open_closes_late_success_silently() {
     let mut h = Harness::new(Config {
         open_timeout: Some(Duration::from_secs(5)),
