@@ -32,8 +32,14 @@ impl Drop for Running {
 
 impl Running {
     fn spawn(args: &[&str]) -> Running {
+        Running::spawn_with_env(args, &[])
+    }
+
+    fn spawn_with_env(args: &[&str], env: &[(&str, &str)]) -> Running {
         let mut child = tether()
             .args(args)
+            .env_remove("TETHER_LOG")
+            .envs(env.iter().copied())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
@@ -129,19 +135,24 @@ fn assert_series(scrape: &str, expected: &[(&str, u64)]) {
     }
 }
 
+/// Also: `RUST_LOG` sets the log filter, and the log line about the failed
+/// handshake carries the guest's id and the peer's address.
 #[test]
 fn a_scrape_sees_websocket_traffic_close_codes_and_a_failed_handshake() {
-    let mut tether = Running::spawn(&[
-        "run",
-        tether_guest_artifacts::ECHO_PATH,
-        "--listen",
-        "127.0.0.1:*",
-        "--metrics",
-        "127.0.0.1:0",
-        "--",
-        "server",
-        "127.0.0.1:0",
-    ]);
+    let mut tether = Running::spawn_with_env(
+        &[
+            "run",
+            tether_guest_artifacts::ECHO_PATH,
+            "--listen",
+            "127.0.0.1:*",
+            "--metrics",
+            "127.0.0.1:0",
+            "--",
+            "server",
+            "127.0.0.1:0",
+        ],
+        &[("RUST_LOG", "tether_host=info")],
+    );
     let url = tether.metrics_url();
     let addr = tether.last_word_of("listening on");
     let (code, before) = curl(&url);
@@ -200,6 +211,17 @@ fn a_scrape_sees_websocket_traffic_close_codes_and_a_failed_handshake() {
     bad.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     bad.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
     let _ = bad.read_to_end(&mut Vec::new());
+    let bad_peer = bad.local_addr().unwrap().to_string();
+    tether.last_word_of("rejected WebSocket handshake");
+    let logged = tether
+        .seen
+        .iter()
+        .find(|l| l.contains("rejected WebSocket handshake"))
+        .unwrap();
+    assert!(
+        logged.contains("guest{id=1}") && logged.contains(&format!("peer={bad_peer}")),
+        "{logged}"
+    );
 
     let after = scrape_until(
         &url,
