@@ -163,9 +163,12 @@ mod tests {
             "--allow-all",
             "--ca-file=ca.pem",
             "--deny=*.internal:22",
+            "--metrics",
+            "127.0.0.1:0",
         ]);
         take_host_options(&mut args).unwrap();
         assert_eq!(args.args, ["ws-listen://127.0.0.1:0", "--allow-all"]);
+        assert_eq!(args.metrics.metrics.as_deref(), Some("127.0.0.1:0"));
         assert_eq!(args.deny.len(), 2);
         assert_eq!(args.ca_file, [PathBuf::from("ca.pem")]);
     }
