@@ -7,8 +7,11 @@ use std::process::ExitCode;
 
 use anyhow::bail;
 use clap::Args;
+use tether_host::ErrorCode;
+use tether_host::bindings::describe;
 use tether_host::policy::Rule;
 use tether_host::runner::{EngineKind, Runner};
+use tether_host::tokio::net::TcpListener;
 use tether_host::{Config, Limits, TlsOptions};
 
 #[derive(Args)]
@@ -22,6 +25,11 @@ pub struct JmuxArgs {
     pub ca_file: Vec<PathBuf>,
     #[command(flatten)]
     pub shutdown: crate::ShutdownArgs,
+    /// Serve Prometheus metrics at http://ADDR/metrics (ip:port). jmux has
+    /// no --listen rules: naming the address allows it, as it does for the
+    /// jmux listeners; the guest may not bind it.
+    #[command(flatten)]
+    pub metrics: crate::MetricsArgs,
     /// The jmux-proxy arguments: <PIPE> [<LISTENER>...] [--allow-all |
     /// --allow RULE...]. The host may dial the pipe's address, bind the
     /// pipe's and listeners' addresses, and dial the targets that
@@ -37,7 +45,7 @@ pub struct JmuxArgs {
 }
 
 /// Moves the host's own options (`--deny`, `--ca-file`,
-/// `--shutdown-timeout-ms`) out of the
+/// `--shutdown-timeout-ms`, `--metrics`) out of the
 /// jmux-proxy arguments, wherever they stand: the guest's command line has
 /// no options of those names, so `tether jmux -- PIPE --deny RULE` means
 /// the same as `tether jmux --deny RULE -- PIPE`.
@@ -52,7 +60,7 @@ fn take_host_options(args: &mut JmuxArgs) -> anyhow::Result<()> {
             Some((n, v)) => (n.to_string(), Some(v.to_string())),
             None => (arg.clone(), None),
         };
-        if !["--deny", "--ca-file", "--shutdown-timeout-ms"].contains(&name.as_str()) {
+        if !["--deny", "--ca-file", "--shutdown-timeout-ms", "--metrics"].contains(&name.as_str()) {
             rest.push(arg);
             continue;
         }
@@ -67,6 +75,8 @@ fn take_host_options(args: &mut JmuxArgs) -> anyhow::Result<()> {
             );
         } else if name == "--ca-file" {
             args.ca_file.push(PathBuf::from(value));
+        } else if name == "--metrics" {
+            args.metrics.metrics = Some(value);
         } else {
             args.shutdown.shutdown_timeout_ms = value
                 .parse()
@@ -89,7 +99,7 @@ pub async fn jmux(mut args: JmuxArgs) -> anyhow::Result<ExitCode> {
             return Ok(ExitCode::from(2));
         }
     };
-    let config = Config {
+    let mut config = Config {
         policy: tether_bench::tunnel::policy_for(&parsed, args.deny)?,
         tls: TlsOptions {
             system_roots: true,
@@ -100,11 +110,32 @@ pub async fn jmux(mut args: JmuxArgs) -> anyhow::Result<ExitCode> {
             ..Limits::default()
         },
     };
+    args.metrics.apply(&mut config.limits);
     let runner = Runner::new(config, EngineKind::Cranelift)?;
     let component = runner.compile(tether_guest_artifacts::JMUX)?;
+    let _metrics = match &args.metrics.metrics {
+        Some(addr) => Some(
+            crate::run::serve_metrics(runner.host(), bind_metrics(addr).await)
+                .map_err(|e| anyhow::anyhow!("--metrics {addr}: {}", describe(&e)))?,
+        ),
+        None => None,
+    };
     let mut guest_args = vec!["jmux".to_string()];
     guest_args.extend(args.args);
     crate::run::run_until_signal(&runner, &component, &guest_args).await
+}
+
+/// Binds the `--metrics` address of `tether jmux` (allowed by being named;
+/// the guest's policy does not get it).
+///
+/// Errors: not `ip:port`, or the bind failed.
+async fn bind_metrics(addr: &str) -> Result<TcpListener, ErrorCode> {
+    let addr: std::net::SocketAddr = addr
+        .parse()
+        .map_err(|_| ErrorCode::InvalidUrl(format!("`{addr}` is not an ip:port bind address")))?;
+    TcpListener::bind(addr)
+        .await
+        .map_err(|e| ErrorCode::Other(format!("bind {addr}: {e}")))
 }
 
 #[cfg(test)]
@@ -118,6 +149,7 @@ mod tests {
             shutdown: crate::ShutdownArgs {
                 shutdown_timeout_ms: 5000,
             },
+            metrics: crate::MetricsArgs::default(),
             args: args.iter().map(|a| a.to_string()).collect(),
         }
     }
@@ -131,9 +163,12 @@ mod tests {
             "--allow-all",
             "--ca-file=ca.pem",
             "--deny=*.internal:22",
+            "--metrics",
+            "127.0.0.1:0",
         ]);
         take_host_options(&mut args).unwrap();
         assert_eq!(args.args, ["ws-listen://127.0.0.1:0", "--allow-all"]);
+        assert_eq!(args.metrics.metrics.as_deref(), Some("127.0.0.1:0"));
         assert_eq!(args.deny.len(), 2);
         assert_eq!(args.ca_file, [PathBuf::from("ca.pem")]);
     }

@@ -138,6 +138,44 @@ pub struct HostArgs {
     pub shutdown: ShutdownArgs,
 }
 
+/// Where Prometheus scrapes the host's metrics.
+#[derive(Args, Clone)]
+pub struct MetricsArgs {
+    /// Serve Prometheus metrics at http://ADDR/metrics (ADDR is ip:port,
+    /// port 0: ephemeral). tether prints `tether: metrics on
+    /// http://IP:PORT/metrics` on stderr once it listens. Under `run` the
+    /// address needs a --listen rule, like a guest's listener.
+    #[arg(long = "metrics", value_name = "ADDR")]
+    pub metrics: Option<String>,
+    /// Scrapes the metrics server answers at once; past it a new
+    /// connection gets 503 (at least 1).
+    #[arg(long, default_value_t = Limits::default().max_concurrent_scrapes, value_parser = at_least_one_usize())]
+    pub max_concurrent_scrapes: usize,
+    /// Time one scrape has to send its request and take the answer, ms
+    /// (at least 1).
+    #[arg(long, default_value_t = Limits::default().scrape_timeout.as_millis() as u64, value_parser = clap::value_parser!(u64).range(1..))]
+    pub scrape_timeout_ms: u64,
+}
+
+impl Default for MetricsArgs {
+    fn default() -> Self {
+        let limits = Limits::default();
+        MetricsArgs {
+            metrics: None,
+            max_concurrent_scrapes: limits.max_concurrent_scrapes,
+            scrape_timeout_ms: limits.scrape_timeout.as_millis() as u64,
+        }
+    }
+}
+
+impl MetricsArgs {
+    /// Sets the scrape limits in `limits`.
+    pub fn apply(&self, limits: &mut Limits) {
+        limits.max_concurrent_scrapes = self.max_concurrent_scrapes;
+        limits.scrape_timeout = Duration::from_millis(self.scrape_timeout_ms);
+    }
+}
+
 /// How long a graceful shutdown (SIGTERM, SIGINT) may take.
 #[derive(Args, Clone)]
 pub struct ShutdownArgs {
@@ -225,12 +263,29 @@ pub fn at_least_one_usize() -> clap::builder::RangedU64ValueParser<usize> {
     clap::builder::RangedU64ValueParser::<usize>::new().range(1..)
 }
 
+/// The log filter: `TETHER_LOG` if set, else `RUST_LOG`, else `warn`, in
+/// tracing-subscriber's `EnvFilter` syntax (`info`,
+/// `tether_host=debug,warn`, ...). A filter that does not parse is
+/// reported and `warn` is used.
+fn log_filter() -> tracing_subscriber::EnvFilter {
+    let (var, text) = ["TETHER_LOG", "RUST_LOG"]
+        .into_iter()
+        .find_map(|var| {
+            std::env::var(var)
+                .ok()
+                .filter(|v| !v.is_empty())
+                .map(|v| (var, v))
+        })
+        .unwrap_or(("default", "warn".to_string()));
+    tracing_subscriber::EnvFilter::try_new(&text).unwrap_or_else(|e| {
+        errln!("tether: {var}={text:?} is not a log filter ({e}); using `warn`");
+        tracing_subscriber::EnvFilter::new("warn")
+    })
+}
+
 fn main() -> ExitCode {
     tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("TETHER_LOG")
-                .unwrap_or_else(|_| "warn".into()),
-        )
+        .with_env_filter(log_filter())
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();

@@ -6,6 +6,12 @@ use std::process::ExitCode;
 
 use anyhow::{Context, bail};
 use clap::Args;
+use std::sync::Arc;
+
+use prometheus_client::registry::Registry;
+use tether_host::ErrorCode;
+use tether_host::bindings::describe;
+use tether_host::metrics::MetricsServer;
 use tether_host::runner::{GuestIo, RunError, Runner};
 use tether_host::wasmtime::component::Component;
 
@@ -17,6 +23,8 @@ pub struct RunArgs {
     pub guest: PathBuf,
     #[command(flatten)]
     pub host: HostArgs,
+    #[command(flatten)]
+    pub metrics: crate::MetricsArgs,
     /// Arguments for the guest.
     #[arg(last = true)]
     pub args: Vec<String>,
@@ -29,7 +37,9 @@ pub struct RunArgs {
 pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     let wasm =
         std::fs::read(&args.guest).with_context(|| format!("reading {}", args.guest.display()))?;
-    let runner = Runner::new(args.host.config(), args.host.engine())?;
+    let mut config = args.host.config();
+    args.metrics.apply(&mut config.limits);
+    let runner = Runner::new(config, args.host.engine())?;
     let component = runner
         .compile(&wasm)
         .with_context(|| format!("compiling {}", args.guest.display()))?;
@@ -40,7 +50,30 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         .unwrap_or_default();
     let mut guest_args = vec![name];
     guest_args.extend(args.args);
+    let _metrics = match &args.metrics.metrics {
+        Some(addr) => Some(
+            serve_metrics(runner.host(), tether_host::net::bind(runner.host(), addr))
+                .map_err(|e| anyhow::anyhow!("--metrics {addr}: {}", describe(&e)))?,
+        ),
+        None => None,
+    };
     run_until_signal(&runner, &component, &guest_args).await
+}
+
+/// Serves `host`'s metrics at `/metrics` on `listener` (for `--metrics`),
+/// and says where on stderr: `tether: metrics on http://IP:PORT/metrics`.
+///
+/// Errors: what binding the listener failed with.
+pub fn serve_metrics(
+    host: &tether_host::HostCtx,
+    listener: Result<tether_host::tokio::net::TcpListener, ErrorCode>,
+) -> Result<MetricsServer, ErrorCode> {
+    let mut registry = Registry::default();
+    host.metrics.register(&mut registry);
+    let server = MetricsServer::serve(listener?, Arc::new(registry), &host.config.limits)
+        .map_err(|e| tether_host::net::io_error(&e))?;
+    errln!("tether: metrics on http://{}/metrics", server.local_addr());
+    Ok(server)
 }
 
 /// Runs the guest with graceful shutdown: the first SIGTERM or SIGINT

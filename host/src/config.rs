@@ -63,6 +63,13 @@ pub struct Limits {
     /// SIGTERM or SIGINT to `tether run` / `tether jmux`): a guest still
     /// running this long after the shutdown started is stopped. Default 5 s.
     pub shutdown_timeout: Duration,
+    /// Scrapes a metrics server ([`crate::metrics::MetricsServer`],
+    /// `--metrics`) answers at once; past it a new connection gets 503 and
+    /// is closed at once. Default 4.
+    pub max_concurrent_scrapes: usize,
+    /// Time one scrape has, from accept, to send its request head and take
+    /// the answer; past it the connection is closed. Default 5 s.
+    pub scrape_timeout: Duration,
     /// Granularity of the runaway check and of cooperative yielding between
     /// guests that share a thread. Not a data-path timer: it never wakes a
     /// guest. Default 10 ms.
@@ -93,6 +100,8 @@ impl Default for Limits {
             max_memory_bytes: 256 << 20,
             max_run_without_yield: Duration::from_secs(10),
             shutdown_timeout: Duration::from_secs(5),
+            max_concurrent_scrapes: 4,
+            scrape_timeout: Duration::from_secs(5),
             epoch_tick: Duration::from_millis(10),
             max_guests: 128,
         }

@@ -43,6 +43,8 @@
 //! - `readiness.rs`: readiness sets, a guest's O(1)-per-event wait on many
 //!   streams;
 //! - `shutdown.rs`: graceful shutdown ([`HostCtx::shutdown`]);
+//! - `metrics.rs`: Prometheus metrics ([`HostCtx::metrics`]) and a small
+//!   `/metrics` server;
 //! - `config.rs`: every limit with its default and unit;
 //! - `runner.rs`: engines, stores, limits, running a guest.
 
@@ -52,6 +54,7 @@ use wasmtime::component::{HasData, Linker, ResourceTable};
 
 pub mod bindings;
 pub mod config;
+pub mod metrics;
 pub mod net;
 pub mod p3;
 pub mod policy;
@@ -85,6 +88,9 @@ pub struct HostCtx {
     pub tls: Arc<rustls::ClientConfig>,
     /// Counters across every guest of this host.
     pub stats: Arc<Stats>,
+    /// The host's Prometheus metrics (`tether_*`); register them into a
+    /// `prometheus_client` registry with [`metrics::Metrics::register`].
+    pub metrics: Arc<metrics::Metrics>,
     /// Graceful shutdown: started by [`HostCtx::shutdown`].
     pub(crate) lifecycle: shutdown::Shutdown,
 }
@@ -139,10 +145,12 @@ impl HostCtx {
     /// Builds the shared context. Errors: an unreadable or empty CA file.
     pub fn new(config: Config) -> anyhow::Result<Arc<HostCtx>> {
         let tls = tls::client_config(&config.tls)?;
+        let stats = Arc::<Stats>::default();
         Ok(Arc::new(HostCtx {
             config,
             tls,
-            stats: Arc::default(),
+            metrics: Arc::new(metrics::Metrics::new(stats.clone())),
+            stats,
             lifecycle: shutdown::Shutdown::default(),
         }))
     }
@@ -174,6 +182,8 @@ impl HostCtx {
 /// Per-guest Tether state, kept in the store's data.
 pub struct TetherCtx {
     pub(crate) host: Arc<HostCtx>,
+    /// This guest's id in the process (the `id` of its `guest` span).
+    guest_id: u64,
     /// The message streams handed to this guest (weak: the guest owns
     /// them), so that [`TetherCtx::fail_streams`] can reach them.
     streams: Vec<websocket::StreamHandle>,
@@ -187,9 +197,23 @@ impl TetherCtx {
     pub fn new(host: Arc<HostCtx>) -> TetherCtx {
         TetherCtx {
             host,
+            guest_id: metrics::GUEST_IDS.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
             streams: Vec::new(),
             orphans: Vec::new(),
         }
+    }
+
+    /// This guest's id: unique in the process, counting from 1.
+    pub fn guest_id(&self) -> u64 {
+        self.guest_id
+    }
+
+    /// A `guest` span with this guest's `id`: run the guest inside it
+    /// (`future.instrument(ctx.span())`) and every log line about its
+    /// listeners and connections carries the id (each connection has a
+    /// child span with its `peer` address).
+    pub fn span(&self) -> tracing::Span {
+        tracing::info_span!("guest", id = self.guest_id)
     }
 
     /// Remembers a stream handed to the guest; forgets dropped ones now and

@@ -66,7 +66,13 @@ pub fn precheck(ctx: &HostCtx, host: &Host, port: u16) -> Result<NameCheck, Erro
     ctx.config
         .policy
         .check_name(host, port)
-        .map_err(ErrorCode::Denied)
+        .map_err(|why| denied(ctx, why))
+}
+
+/// The `denied` error for `why`, counted in `tether_policy_denials_total`.
+fn denied(ctx: &HostCtx, why: String) -> ErrorCode {
+    ctx.metrics.policy_denied(&why);
+    ErrorCode::Denied(why)
 }
 
 /// The interface index of an IPv6 zone id: a number as is, a name through
@@ -124,7 +130,7 @@ pub async fn dial(
             .config
             .policy
             .check_resolved(host, check, addrs)
-            .map_err(ErrorCode::Denied)?;
+            .map_err(|why| denied(ctx, why))?;
         let mut last = None;
         for addr in addrs {
             match TcpStream::connect(addr).await {
@@ -160,7 +166,7 @@ pub fn bind(ctx: &HostCtx, address: &str) -> Result<TcpListener, ErrorCode> {
     ctx.config
         .policy
         .check_listen(addr)
-        .map_err(ErrorCode::Denied)?;
+        .map_err(|why| denied(ctx, why))?;
     let socket = match addr {
         SocketAddr::V4(_) => tokio::net::TcpSocket::new_v4(),
         SocketAddr::V6(_) => tokio::net::TcpSocket::new_v6(),

@@ -93,7 +93,9 @@ impl<T: Send + 'static> Pending<T> {
             slot: std::sync::Mutex::new(Slot::Running),
             done: Signal::default(),
         });
-        let task = tokio::spawn({
+        // In the caller's span (the guest's): the work's log lines carry
+        // the guest id.
+        let task = tokio::spawn(tracing::Instrument::in_current_span({
             let shared = shared.clone();
             async move {
                 let result = std::panic::AssertUnwindSafe(work)
@@ -107,7 +109,7 @@ impl<T: Send + 'static> Pending<T> {
                     shared.done.wake();
                 }
             }
-        })
+        }))
         .abort_handle();
         Pending { shared, task }
     }

@@ -284,6 +284,8 @@ impl Runner {
             computing: Arc::new(AtomicBool::new(false)),
         };
         let mut store = Store::new(&self.engine, state);
+        let span = store.data().tether.span();
+        let running = self.host.metrics.guest_running();
         store.limiter(|s| &mut s.limits);
         store.call_hook(|mut ctx, hook| {
             let data = ctx.data_mut();
@@ -341,6 +343,7 @@ impl Runner {
             }
         };
         let result = {
+            let guest = tracing::Instrument::instrument(guest, span.clone());
             let mut guest = std::pin::pin!(guest);
             let guest = std::future::poll_fn(|cx| {
                 if computing.load(Ordering::Relaxed) {
@@ -356,8 +359,14 @@ impl Runner {
                 stopped = shutdown_deadline(&self.host) => Err(stopped),
             }
         };
-        fail_streams_on_error(&mut store.data_mut().tether, &result).await;
+        self.host.metrics.guest_finished(&result);
+        tracing::Instrument::instrument(
+            fail_streams_on_error(&mut store.data_mut().tether, &result),
+            span,
+        )
+        .await;
         drop(store);
+        drop(running);
         outcome(result, pipes, started)
     }
 }

@@ -22,6 +22,7 @@ use wasmtime_wasi::p2::{
 
 use crate::bindings::ErrorCode;
 use crate::bindings::tether::streams::tcp as wit;
+use crate::metrics::{Direction, Interface, OpenConnection};
 use crate::ready::{Pending, Signal, pollable};
 use crate::{HostCtx, TetherCtxView, net};
 
@@ -41,6 +42,10 @@ struct WriteState {
 struct Writer {
     stream: Arc<TcpStream>,
     stats: Arc<crate::Stats>,
+    /// `tether_sent_bytes_total{interface="tcp"}`.
+    sent_bytes: prometheus_client::metrics::counter::Counter,
+    /// Counts the connection as open while the writer or the reader lives.
+    _open: Arc<OpenConnection>,
     state: Mutex<WriteState>,
     limit: usize,
     /// Writer task: bytes queued, shutdown requested or stream dropped.
@@ -185,6 +190,7 @@ impl OutputStream for TcpOutput {
                 "write exceeds the permit from check-write",
             ));
         }
+        w.sent_bytes.inc_by(bytes.len() as u64);
         let mut rest = bytes;
         if st.queued == 0 {
             // Fast path: straight to the socket, no task hop.
@@ -239,6 +245,9 @@ impl Pollable for TcpOutput {
 /// The input half of a connection (a `wasi:io` input-stream).
 struct TcpInput {
     stream: Arc<TcpStream>,
+    /// `tether_received_bytes_total{interface="tcp"}`.
+    received_bytes: prometheus_client::metrics::counter::Counter,
+    _open: Arc<OpenConnection>,
     chunk: usize,
     closed: bool,
 }
@@ -263,7 +272,10 @@ impl InputStream for TcpInput {
                 self.closed = true;
                 Err(StreamError::Closed)
             }
-            Ok(_) => Ok(buf.freeze()),
+            Ok(n) => {
+                self.received_bytes.inc_by(n as u64);
+                Ok(buf.freeze())
+            }
             Err(e)
                 if e.kind() == io::ErrorKind::WouldBlock
                     || e.kind() == io::ErrorKind::Interrupted =>
@@ -332,24 +344,37 @@ impl Drop for ByteStream {
 pub type Connection = (ByteStream, DynInputStream, DynOutputStream);
 
 /// Wraps a connected socket (TCP_NODELAY already set) and starts its writer
-/// task on the current runtime.
-pub fn open(stream: TcpStream, ctx: &HostCtx) -> Result<Connection, ErrorCode> {
+/// task on the current runtime, in a `connection` span (child of the
+/// current one) with the `peer` address. `direction`: accepted or dialled
+/// (metrics).
+pub fn open(
+    stream: TcpStream,
+    ctx: &HostCtx,
+    direction: Direction,
+) -> Result<Connection, ErrorCode> {
     let peer = stream.peer_addr().map_err(|e| net::io_error(&e))?;
     let local = stream.local_addr().map_err(|e| net::io_error(&e))?;
     let stream = Arc::new(stream);
     let limits = &ctx.config.limits;
+    let open = Arc::new(ctx.metrics.connection(Interface::Tcp, direction));
     let writer = Arc::new(Writer {
         stream: stream.clone(),
         stats: ctx.stats.clone(),
+        sent_bytes: ctx.metrics.tcp.sent_bytes.clone(),
+        _open: open.clone(),
         state: Mutex::new(WriteState::default()),
         limit: limits.tcp_write_buffer_bytes.max(1),
         work: Signal::default(),
         progress: Signal::default(),
     });
     ctx.lifecycle.register(Arc::downgrade(&writer) as _);
-    tokio::spawn(drain(writer.clone()));
+    let span =
+        tracing::info_span!("connection", interface = "tcp", %peer, direction = direction.as_str());
+    tokio::spawn(tracing::Instrument::instrument(drain(writer.clone()), span));
     let input: DynInputStream = Box::new(TcpInput {
         stream,
+        received_bytes: ctx.metrics.tcp.received_bytes.clone(),
+        _open: open,
         chunk: limits.tcp_read_chunk_bytes.max(1),
         closed: false,
     });
@@ -511,7 +536,12 @@ impl ByteListener {
             room: Signal::default(),
             task: Mutex::new(None),
         });
-        let task = tokio::spawn(accept_loop(listener, shared.clone())).abort_handle();
+        let span = tracing::info_span!("listener", interface = "tcp", %local);
+        let task = tokio::spawn(tracing::Instrument::instrument(
+            accept_loop(listener, shared.clone()),
+            span,
+        ))
+        .abort_handle();
         *shared.task.lock().unwrap_or_else(|e| e.into_inner()) = Some(task);
         ctx.lifecycle.register(Arc::downgrade(&shared) as _);
         Ok(ByteListener { ctx, shared, local })
@@ -563,7 +593,7 @@ impl wit::Host for TetherCtxView<'_> {
         let ctx = self.ctx.host.clone();
         let pending = Pending::spawn(async move {
             let tcp = net::dial(&ctx, &host, port, check).await?;
-            open(tcp, &ctx)
+            open(tcp, &ctx, Direction::Outbound)
         });
         Ok(Ok(self.table.push(pending)?))
     }
@@ -650,7 +680,7 @@ impl wit::HostByteListener for TetherCtxView<'_> {
             };
             drop(st);
             listener.shared.room.wake();
-            match open(tcp, &ctx) {
+            match open(tcp, &ctx, Direction::Inbound) {
                 Ok(conn) => return Ok(Ok(Some(push_connection(self.table, conn)?))),
                 // The client reset the connection while it waited in the
                 // backlog (no peer address any more): it is gone, nothing

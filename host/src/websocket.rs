@@ -35,6 +35,7 @@ use crate::bindings::tether::streams::websocket::{
     self as wit, CloseInfo, ConnectOptions, ListenOptions, Message,
 };
 use crate::config::Limits;
+use crate::metrics::{Direction, HandshakeFailure, Interface};
 use crate::ready::{Pending, Signal, pollable};
 use crate::{HostCtx, TetherCtxView, net};
 
@@ -103,6 +104,9 @@ struct State {
     dropped: bool,
     /// The close frame was written and flushed to the socket.
     close_sent: bool,
+    /// The close frame was handed to tungstenite (so it will not answer
+    /// the peer's close frame with its own).
+    close_started: bool,
     /// A send since the writer task last ran went straight to the socket.
     /// Further sends queue up until the guest yields, so a burst becomes
     /// one flush (write everything queued, flush on drain).
@@ -126,6 +130,9 @@ struct Shared {
     reader: Mutex<Option<AbortHandle>>,
     writer: Mutex<Option<AbortHandle>>,
     stats: Arc<crate::Stats>,
+    metrics: Arc<crate::metrics::Metrics>,
+    /// Counts the connection in `tether_connections_open` while it lives.
+    _open: crate::metrics::OpenConnection,
     /// The write half. Locked only inside synchronous polls: by `send`'s
     /// fast path (when the writer task is idle) and by the writer task.
     /// `None` once the connection is over: the writer task drops it after
@@ -205,13 +212,16 @@ pub struct MessageStream {
 
 impl MessageStream {
     /// Starts the reader and writer tasks for an established connection on
-    /// the current tokio runtime.
+    /// the current tokio runtime, in a `connection` span (child of the
+    /// current one) with the `peer` address. `direction` says whether a
+    /// listener accepted it or a guest dialled it (metrics).
     pub fn start<S>(
         ws: WebSocketStream<S>,
         host: &HostCtx,
         subprotocol: Option<String>,
         peer: SocketAddr,
         path: String,
+        direction: Direction,
     ) -> MessageStream
     where
         S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
@@ -221,6 +231,8 @@ impl MessageStream {
         let shared = Arc::new(Shared {
             sink: Mutex::new(Some(Box::pin(sink))),
             stats: host.stats.clone(),
+            metrics: host.metrics.clone(),
+            _open: host.metrics.connection(Interface::WebSocket, direction),
             state: Mutex::new(State::default()),
             max_message: limits.max_message_bytes,
             // At least 1, so an empty buffer always takes one message (0
@@ -236,9 +248,11 @@ impl MessageStream {
             writer: Mutex::new(None),
         });
         host.lifecycle.register(Arc::downgrade(&shared) as _);
-        let reader = tokio::spawn(read_loop(stream, shared.clone()));
+        let span = tracing::info_span!("connection", interface = "websocket", %peer, direction = direction.as_str());
+        use tracing::Instrument;
+        let reader = tokio::spawn(read_loop(stream, shared.clone()).instrument(span.clone()));
         *shared.reader.lock().unwrap() = Some(reader.abort_handle());
-        let writer = tokio::spawn(write_loop(shared.clone()));
+        let writer = tokio::spawn(write_loop(shared.clone()).instrument(span));
         *shared.writer.lock().unwrap() = Some(writer.abort_handle());
         MessageStream {
             shared,
@@ -266,6 +280,9 @@ impl MessageStream {
             return Err(ErrorCode::WouldBlock);
         }
         st.blocked_len = 0;
+        let flow = &self.shared.metrics.websocket;
+        flow.sent_messages.inc();
+        flow.sent_bytes.inc_by(len as u64);
         let mut message = Some(match message {
             Message::Text(t) => WsMessage::Text(t.into()),
             Message::Binary(b) => WsMessage::Binary(b.into()),
@@ -605,6 +622,11 @@ where
                     // tungstenite answered the close with the same code
                     // (1002 if the peer's code is not allowed, which it also
                     // reports here); keep reading until the connection ends.
+                    let code = frame.as_ref().map_or(CLOSE_NO_STATUS, |f| f.code.into());
+                    shared.metrics.close_code(false, code);
+                    if !st.close_started {
+                        shared.metrics.close_code(true, code);
+                    }
                     st.close_info = Some(match frame {
                         Some(f) => CloseInfo {
                             code: f.code.into(),
@@ -645,8 +667,11 @@ where
                 }
                 None => break ErrorCode::Closed,
             };
-            st.inbound_bytes += message_len(&message);
-            shared.stats.add_buffered(message_len(&message));
+            let len = message_len(&message);
+            shared.metrics.websocket.received_messages.inc();
+            shared.metrics.websocket.received_bytes.inc_by(len as u64);
+            st.inbound_bytes += len;
+            shared.stats.add_buffered(len);
             st.inbound.push_back(message);
         }
         shared.readable.wake();
@@ -656,6 +681,7 @@ where
     drop(rx);
     let mut st = shared.lock();
     if st.close_info.is_none() {
+        shared.metrics.close_code(false, CLOSE_ABNORMAL);
         st.close_info = Some(CloseInfo {
             code: CLOSE_ABNORMAL,
             reason: String::new(),
@@ -696,6 +722,11 @@ fn drive(shared: &Shared, cx: &mut Context<'_>) -> Poll<Result<Drained, tungsten
                 st.outbound_bytes -= len;
                 shared.stats.sub_buffered(len);
                 st.flush_pending = true;
+                if let WsMessage::Close(frame) = &m {
+                    st.close_started = true;
+                    let code = frame.as_ref().map_or(CLOSE_NO_STATUS, |f| f.code.into());
+                    shared.metrics.close_code(true, code);
+                }
                 m
             };
             shared.writable.wake();
@@ -925,15 +956,33 @@ pub async fn dial(
             .await
             .map_err(handshake_error)
     };
-    let (ws, response) = tokio::time::timeout(limits.handshake_timeout, handshake)
-        .await
-        .map_err(|_| ErrorCode::Timeout)??;
+    let (ws, response) = match tokio::time::timeout(limits.handshake_timeout, handshake).await {
+        Ok(Ok(done)) => done,
+        Ok(Err(e)) => {
+            if let Some(reason) = crate::metrics::outbound_handshake_failure(&e) {
+                ctx.metrics.handshake_failed(Direction::Outbound, reason);
+            }
+            return Err(e);
+        }
+        Err(_) => {
+            ctx.metrics
+                .handshake_failed(Direction::Outbound, HandshakeFailure::Timeout);
+            return Err(ErrorCode::Timeout);
+        }
+    };
     let subprotocol = response
         .headers()
         .get("sec-websocket-protocol")
         .and_then(|v| v.to_str().ok())
         .map(str::to_owned);
-    Ok(MessageStream::start(ws, &ctx, subprotocol, peer, path))
+    Ok(MessageStream::start(
+        ws,
+        &ctx,
+        subprotocol,
+        peer,
+        path,
+        Direction::Outbound,
+    ))
 }
 
 #[derive(Default)]
@@ -1137,13 +1186,19 @@ async fn accept_one(
         match tokio::time::timeout(limits.handshake_timeout, read_request_head(&mut tcp)).await {
             Ok(Ok(head)) => head,
             Ok(Err(e)) => {
-                if e.kind() == std::io::ErrorKind::InvalidData {
+                let reason = if e.kind() == std::io::ErrorKind::InvalidData {
                     let _ = tcp.try_write(REFUSED_HEAD_TOO_LONG);
-                }
+                    HandshakeFailure::HeadTooLarge
+                } else {
+                    HandshakeFailure::Closed
+                };
+                ctx.metrics.handshake_failed(Direction::Inbound, reason);
                 tracing::info!(%peer, "rejected WebSocket handshake: {e}");
                 return;
             }
             Err(_) => {
+                ctx.metrics
+                    .handshake_failed(Direction::Inbound, HandshakeFailure::Timeout);
                 tracing::info!(%peer, "WebSocket handshake timed out");
                 return;
             }
@@ -1182,19 +1237,34 @@ async fn accept_one(
     match result {
         Ok(Ok(ws)) => {
             let (path, protocol) = chosen.lock().unwrap().clone();
-            st.ready
-                .push_back(MessageStream::start(ws, &ctx, protocol, peer, path));
+            st.ready.push_back(MessageStream::start(
+                ws,
+                &ctx,
+                protocol,
+                peer,
+                path,
+                Direction::Inbound,
+            ));
             drop(st);
             shared.accepted.wake();
         }
         Ok(Err(e)) => {
             drop(st);
             shared.room.wake();
+            let reason = match e {
+                tungstenite::Error::Io(_) | tungstenite::Error::ConnectionClosed => {
+                    HandshakeFailure::Closed
+                }
+                _ => HandshakeFailure::BadRequest,
+            };
+            ctx.metrics.handshake_failed(Direction::Inbound, reason);
             tracing::info!(%peer, "rejected WebSocket handshake: {e}");
         }
         Err(_) => {
             drop(st);
             shared.room.wake();
+            ctx.metrics
+                .handshake_failed(Direction::Inbound, HandshakeFailure::Timeout);
             tracing::info!(%peer, "WebSocket handshake timed out");
         }
     }
@@ -1234,6 +1304,8 @@ async fn accept_loop(
         while handshakes.try_join_next().is_some() {}
         if handshakes.len() >= max_handshakes {
             let _ = tcp.try_write(REFUSED_BUSY);
+            ctx.metrics
+                .handshake_failed(Direction::Inbound, HandshakeFailure::Busy);
             tracing::debug!(%peer, max_handshakes, "refused: too many WebSocket handshakes in progress");
             continue;
         }
@@ -1241,13 +1313,13 @@ async fn accept_loop(
             tracing::warn!(%peer, "TCP_NODELAY failed: {e}");
             continue;
         }
-        handshakes.spawn(accept_one(
+        handshakes.spawn(tracing::Instrument::in_current_span(accept_one(
             ctx.clone(),
             tcp,
             peer,
             supported.clone(),
             shared.clone(),
-        ));
+        )));
     }
 }
 
@@ -1268,11 +1340,15 @@ impl Listener {
             task: Mutex::new(None),
         });
         let lifecycle = Arc::downgrade(&shared);
-        let task = tokio::spawn(accept_loop(
-            ctx.clone(),
-            listener,
-            Arc::new(options.subprotocols),
-            shared.clone(),
+        let span = tracing::info_span!("listener", interface = "websocket", %local);
+        let task = tokio::spawn(tracing::Instrument::instrument(
+            accept_loop(
+                ctx.clone(),
+                listener,
+                Arc::new(options.subprotocols),
+                shared.clone(),
+            ),
+            span,
         ))
         .abort_handle();
         *shared.task.lock().unwrap_or_else(|e| e.into_inner()) = Some(task);

@@ -11,6 +11,8 @@
 //! probe close-rules URL                check close code/reason rules, idempotent close, send after close
 //! probe tcp-echo HOST:PORT             echo bytes until EOF, then half-close
 //! probe tcp-serve ADDR                 accept one connection, echo until EOF, half-close
+//! probe denied-then-tcp-serve DEST ADDR  dial DEST (expecting `denied`), then listen on ADDR,
+//!                                      print its address, and serve one connection as tcp-serve
 //! probe tcp-connect HOST:PORT          connect and report
 //! probe listen ADDR                    bind a WebSocket listener and report
 //! probe ws-serve-hold ADDR MS [CODE]   accept one stream (close it with CODE), receive until it ends, print close info, hold it MS ms
@@ -41,6 +43,7 @@ fn main() -> ExitCode {
         "close-rules" => close_rules(arg(2)),
         "tcp-echo" => tcp_echo(arg(2)),
         "tcp-serve" => tcp_serve(arg(2)),
+        "denied-then-tcp-serve" => denied_then_tcp_serve(arg(2), arg(3)),
         "tcp-connect" => {
             sdk::tcp_connect(arg(2)).map(|c| println!("ok connected {}", c.stream.peer_address()))
         }
@@ -210,7 +213,11 @@ fn tcp_echo(address: &str) -> Result<(), ErrorCode> {
 }
 
 fn tcp_serve(address: &str) -> Result<(), ErrorCode> {
-    let listener = sdk::tcp::listen(address)?;
+    serve_one(&sdk::tcp::listen(address)?)
+}
+
+/// Accepts one connection, echoes it until EOF, half-closes.
+fn serve_one(listener: &sdk::tcp::ByteListener) -> Result<(), ErrorCode> {
     let ready = listener.subscribe();
     let (stream, input, output) = loop {
         match listener.accept()? {
@@ -226,6 +233,17 @@ fn tcp_serve(address: &str) -> Result<(), ErrorCode> {
     let total = echo_bytes(&conn)?;
     println!("ok served {total}");
     Ok(())
+}
+
+fn denied_then_tcp_serve(dest: &str, address: &str) -> Result<(), ErrorCode> {
+    match sdk::tcp_connect(dest) {
+        Err(ErrorCode::Denied(why)) => println!("ok denied {why}"),
+        Err(e) => return Err(e),
+        Ok(_) => return Err(ErrorCode::Other(format!("{dest} was not denied"))),
+    }
+    let listener = sdk::tcp::listen(address)?;
+    println!("ok listening {}", listener.local_address());
+    serve_one(&listener)
 }
 
 fn spin(url: &str) -> Result<(), ErrorCode> {

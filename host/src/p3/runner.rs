@@ -117,6 +117,8 @@ impl Runner {
             epoch_yield: false,
         };
         let mut store = Store::new(&self.engine, state);
+        let span = store.data().tether.span();
+        let running = self.host.metrics.guest_running();
         store.limiter(|s| &mut s.limits);
         store.call_hook(|mut ctx, hook| {
             let data = ctx.data_mut();
@@ -153,11 +155,17 @@ impl Runner {
             }
         };
         let result = tokio::select! {
-            result = guest => result,
+            result = tracing::Instrument::instrument(guest, span.clone()) => result,
             stopped = shutdown_deadline(&self.host) => Err(stopped),
         };
-        fail_streams_on_error(&mut store.data_mut().tether, &result).await;
+        self.host.metrics.guest_finished(&result);
+        tracing::Instrument::instrument(
+            fail_streams_on_error(&mut store.data_mut().tether, &result),
+            span,
+        )
+        .await;
         drop(store);
+        drop(running);
         outcome(result, pipes, started)
     }
 }

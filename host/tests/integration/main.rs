@@ -5,6 +5,7 @@ mod common;
 mod jetsocat;
 mod jmux;
 mod limits;
+mod metrics;
 mod policy;
 mod quic;
 mod readiness;

@@ -135,7 +135,8 @@ async fn byte_streams_and_byte_listeners_report_read_write_and_accept() {
         .await
         .unwrap();
     let (mut peer, _) = peer_listener.accept().await.unwrap();
-    let (stream, mut input, _output) = tether_host::tcp::open(tcp, &host).unwrap();
+    let (stream, mut input, _output) =
+        tether_host::tcp::open(tcp, &host, tether_host::metrics::Direction::Inbound).unwrap();
     set.register(&stream, Interest::Read, 7).unwrap();
     set.register(&stream, Interest::Write, 8).unwrap();
     assert_eq!(
