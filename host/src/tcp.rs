@@ -5,6 +5,11 @@
 //! socket too when nothing is queued, and only the part the kernel did not
 //! take waits in a bounded per-stream buffer that a writer task drains. A
 //! full buffer makes `check-write` return 0: backpressure, never loss.
+//!
+//! A dropped output stream still delivers what it queued, for at most
+//! `linger_timeout`: past it the host drops the queue and resets the
+//! connection (SO_LINGER 0), so a peer that never reads cannot hold the
+//! socket and the buffer after the guest let go.
 
 use std::collections::VecDeque;
 use std::io;
@@ -33,7 +38,8 @@ struct WriteState {
     /// empty.
     flushing: bool,
     shutdown_requested: bool,
-    /// The output stream was dropped: drain, then end the task.
+    /// The output stream was dropped: drain (for at most the linger), then
+    /// end the task.
     dropped: bool,
     error: Option<String>,
 }
@@ -43,10 +49,20 @@ struct Writer {
     stats: Arc<crate::Stats>,
     state: Mutex<WriteState>,
     limit: usize,
+    /// `linger_timeout`: how long the queue may take to drain once the
+    /// output stream was dropped.
+    linger: std::time::Duration,
     /// Writer task: bytes queued, shutdown requested or stream dropped.
     work: Signal,
     /// Guest side: queue shrank or an error happened.
     progress: Signal,
+}
+
+impl Drop for Writer {
+    fn drop(&mut self) {
+        let st = self.lock();
+        self.stats.tcp_dequeued(st.queued);
+    }
 }
 
 impl Writer {
@@ -95,6 +111,32 @@ impl Writer {
     }
 }
 
+impl Writer {
+    /// The linger ended with bytes still queued: drops them and makes the
+    /// socket reset when it closes (SO_LINGER 0: RST, and the kernel drops
+    /// its unsent bytes too instead of keeping an orphan socket). It closes
+    /// as soon as the writer task ends, or, if the guest still holds the
+    /// input stream, when it drops that.
+    fn reset(&self) {
+        let sock = socket2::SockRef::from(&*self.stream);
+        if let Err(e) = sock.set_linger(Some(std::time::Duration::ZERO)) {
+            tracing::debug!("SO_LINGER 0 failed: {e}");
+        }
+        let mut st = self.lock();
+        tracing::debug!(
+            queued = st.queued,
+            "TCP output stream dropped and not drained within linger_timeout: reset"
+        );
+        self.stats.tcp_dequeued(st.queued);
+        st.queue.clear();
+        st.queued = 0;
+        st.error
+            .get_or_insert_with(|| "connection reset: linger_timeout ended".into());
+        drop(st);
+        self.progress.wake();
+    }
+}
+
 impl crate::shutdown::GoingAway for Writer {
     fn going_away(&self) {
         // An error already ended the stream: nothing left to half-close.
@@ -102,7 +144,20 @@ impl crate::shutdown::GoingAway for Writer {
     }
 }
 
+/// The writer task: sends what is queued until the stream is over; once
+/// the output stream was dropped, for at most the linger.
 async fn drain(writer: Arc<Writer>) {
+    let linger_over = async {
+        writer.work.wait_until(|| writer.lock().dropped).await;
+        tokio::time::sleep(writer.linger).await;
+    };
+    tokio::select! {
+        () = send_queued(&writer) => {}
+        () = linger_over => writer.reset(),
+    }
+}
+
+async fn send_queued(writer: &Writer) {
     loop {
         writer
             .work
@@ -122,6 +177,7 @@ async fn drain(writer: Arc<Writer>) {
                 match result {
                     Ok(n) => {
                         st.queued -= n;
+                        writer.stats.tcp_dequeued(n);
                         if n == chunk.len() {
                             st.queue.pop_front();
                         } else if let Some(f) = st.queue.front_mut() {
@@ -140,6 +196,7 @@ async fn drain(writer: Arc<Writer>) {
                     Err(e) => {
                         st.error = Some(e.to_string());
                         st.queue.clear();
+                        writer.stats.tcp_dequeued(st.queued);
                         st.queued = 0;
                     }
                 }
@@ -201,7 +258,7 @@ impl OutputStream for TcpOutput {
         }
         if !rest.is_empty() {
             st.queued += rest.len();
-            w.stats.tcp_queued(st.queued);
+            w.stats.tcp_queued(rest.len(), st.queued);
             st.queue.push_back(rest);
             drop(st);
             w.work.wake();
@@ -343,6 +400,7 @@ pub fn open(stream: TcpStream, ctx: &HostCtx) -> Result<Connection, ErrorCode> {
         stats: ctx.stats.clone(),
         state: Mutex::new(WriteState::default()),
         limit: limits.tcp_write_buffer_bytes.max(1),
+        linger: limits.linger_timeout,
         work: Signal::default(),
         progress: Signal::default(),
     });

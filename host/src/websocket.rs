@@ -7,6 +7,12 @@
 //! bounded outbound queue, writing everything queued and flushing as soon as
 //! the queue is empty. The guest never blocks in these calls; it waits on
 //! the pollables, which the tasks wake through [`Signal`].
+//!
+//! Closing is bounded: once the guest closes or drops a stream (or the host
+//! closes it), the closing handshake (the backlog, the close frame, the
+//! peer's answer) has `linger_timeout`; past it the host resets the TCP
+//! connection (SO_LINGER 0) and frees what it still queued (RFC 6455
+//! section 7.1.1 lets a client close after a reasonable time).
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
@@ -103,6 +109,8 @@ struct State {
     dropped: bool,
     /// The close frame was written and flushed to the socket.
     close_sent: bool,
+    /// The linger timer runs (started by the first close or the drop).
+    linger_started: bool,
     /// A send since the writer task last ran went straight to the socket.
     /// Further sends queue up until the guest yields, so a burst becomes
     /// one flush (write everything queued, flush on drain).
@@ -114,7 +122,15 @@ struct Shared {
     max_message: usize,
     inbound_limit: usize,
     outbound_limit: usize,
-    close_timeout: std::time::Duration,
+    /// `linger_timeout`: the bound on the closing handshake, from the
+    /// close (or the drop) to the teardown.
+    linger: std::time::Duration,
+    /// The TCP socket under the stream, to reset it when the linger ends.
+    /// Open as long as `sink` is `Some` (the write half owns the stream).
+    socket: Option<std::os::fd::RawFd>,
+    /// This stream, weakly: for the linger timer, which must not keep the
+    /// connection open itself.
+    me: std::sync::Weak<Shared>,
     /// Guest side: a message arrived or the stream ended.
     readable: Signal,
     /// Guest side: outbound room freed or the stream ended.
@@ -151,6 +167,72 @@ impl Shared {
             reason: reason.to_string().into(),
         })));
         drop(st);
+        self.outbound_work.wake();
+        self.start_linger();
+    }
+
+    /// Starts the linger timer, once: [`Shared::linger_over`] runs
+    /// `linger` from now unless the stream is gone by then. Without a
+    /// runtime (the host is going away) it runs at once.
+    fn start_linger(&self) {
+        if std::mem::replace(&mut self.lock().linger_started, true) {
+            return;
+        }
+        let me = self.me.clone();
+        match tokio::runtime::Handle::try_current() {
+            Ok(rt) => {
+                let linger = self.linger;
+                rt.spawn(async move {
+                    tokio::time::sleep(linger).await;
+                    if let Some(shared) = me.upgrade() {
+                        shared.linger_over();
+                    }
+                });
+            }
+            Err(_) => self.linger_over(),
+        }
+    }
+
+    /// The linger ended: stops both tasks, resets the TCP connection
+    /// (SO_LINGER 0, then the write half goes; the read half goes with its
+    /// aborted task) and frees the outbound queue (and the inbound queue
+    /// when the guest dropped the stream). The stream ends with 1006 if it
+    /// had not ended yet. Does nothing visible to a stream that already
+    /// ended cleanly.
+    fn linger_over(&self) {
+        for task in [&self.reader, &self.writer] {
+            if let Some(t) = task.lock().unwrap_or_else(|e| e.into_inner()).take() {
+                t.abort();
+            }
+        }
+        let sink = self.sink.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let (Some(_), Some(fd)) = (&sink, self.socket) {
+            // SAFETY: the write half is alive (`sink`), and it owns the
+            // WebSocket stream over this socket: the descriptor is open.
+            let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
+            if let Err(e) = socket2::SockRef::from(&fd).set_linger(Some(std::time::Duration::ZERO))
+            {
+                tracing::debug!("SO_LINGER 0 failed: {e}");
+            }
+            tracing::debug!("websocket: closing handshake not done within linger_timeout: reset");
+        }
+        drop(sink);
+        let mut st = self.lock();
+        let mut freed = std::mem::take(&mut st.outbound_bytes);
+        st.outbound.clear();
+        if st.dropped {
+            freed += std::mem::take(&mut st.inbound_bytes);
+            st.inbound.clear();
+        }
+        self.stats.sub_buffered(freed);
+        st.read_end.get_or_insert(ErrorCode::Closed);
+        st.close_info.get_or_insert(CloseInfo {
+            code: CLOSE_ABNORMAL,
+            reason: "closing handshake timed out".into(),
+        });
+        drop(st);
+        self.readable.wake();
+        self.writable.wake();
         self.outbound_work.wake();
     }
 
@@ -206,6 +288,8 @@ pub struct MessageStream {
 impl MessageStream {
     /// Starts the reader and writer tasks for an established connection on
     /// the current tokio runtime.
+    /// Without the socket, a stream whose linger ends is closed without a
+    /// reset (the kernel may keep sending what it holds).
     pub fn start<S>(
         ws: WebSocketStream<S>,
         host: &HostCtx,
@@ -216,9 +300,28 @@ impl MessageStream {
     where
         S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     {
+        Self::start_on(ws, None, host, subprotocol, peer, path)
+    }
+
+    /// [`MessageStream::start`] for a stream over the TCP socket `socket`
+    /// (its descriptor), which the host resets when the linger ends.
+    fn start_on<S>(
+        ws: WebSocketStream<S>,
+        socket: Option<std::os::fd::RawFd>,
+        host: &HostCtx,
+        subprotocol: Option<String>,
+        peer: SocketAddr,
+        path: String,
+    ) -> MessageStream
+    where
+        S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    {
         let limits = &host.config.limits;
         let (sink, stream) = ws.split();
-        let shared = Arc::new(Shared {
+        let shared = Arc::new_cyclic(|me| Shared {
+            linger: limits.linger_timeout,
+            socket,
+            me: me.clone(),
             sink: Mutex::new(Some(Box::pin(sink))),
             stats: host.stats.clone(),
             state: Mutex::new(State::default()),
@@ -227,7 +330,6 @@ impl MessageStream {
             // would never read the socket).
             inbound_limit: limits.inbound_buffer_bytes.max(1),
             outbound_limit: limits.outbound_buffer_bytes,
-            close_timeout: limits.handshake_timeout,
             readable: Signal::default(),
             writable: Signal::default(),
             outbound_work: Signal::default(),
@@ -489,42 +591,21 @@ impl StreamHandle {
 
 impl Drop for MessageStream {
     /// A dropped stream still delivers what was queued: it closes with 1000
-    /// after the backlog, and its tasks end after the closing handshake (or
-    /// the handshake timeout).
+    /// after the backlog, and its tasks end after the closing handshake, or
+    /// at the latest `linger_timeout` after the drop (or after an earlier
+    /// close): a peer that never reads (so the backlog never drains) or
+    /// never answers the close must not keep the socket and both tasks
+    /// alive after the guest let go.
     fn drop(&mut self) {
         self.shared.readable.watchers().detach_all();
         self.shared.writable.watchers().detach_all();
-        self.shared.queue_close(1000, "");
         self.shared.lock().dropped = true;
+        self.shared.queue_close(1000, "");
+        // A stream that ended already queues no close: bound its last
+        // flush all the same.
+        self.shared.start_linger();
         self.shared.readable.wake();
         self.shared.writable.wake();
-        // Bound the linger: a peer that never reads (so the backlog never
-        // drains) or never answers the close must not keep the socket and
-        // both tasks alive after the guest let go.
-        // A weak handle: the linger timer must not itself keep the socket
-        // open once both tasks have ended (a failed connection closes at
-        // once, not a handshake timeout later).
-        let shared = Arc::downgrade(&self.shared);
-        let abort = move || {
-            let Some(shared) = shared.upgrade() else {
-                return;
-            };
-            for task in [&shared.reader, &shared.writer] {
-                if let Some(t) = task.lock().unwrap_or_else(|e| e.into_inner()).take() {
-                    t.abort();
-                }
-            }
-        };
-        match tokio::runtime::Handle::try_current() {
-            Ok(rt) => {
-                let linger = self.shared.close_timeout;
-                rt.spawn(async move {
-                    tokio::time::sleep(linger).await;
-                    abort();
-                });
-            }
-            Err(_) => abort(),
-        }
     }
 }
 
@@ -666,6 +747,10 @@ where
     shared.readable.wake();
     shared.writable.wake();
     shared.outbound_work.wake();
+    // The writer may still flush (a failure's close frame, the backlog):
+    // a peer that failed the protocol and never reads must not keep the
+    // socket.
+    shared.start_linger();
 }
 
 enum Drained {
@@ -725,17 +810,6 @@ async fn write_loop(shared: Arc<Shared>) {
     drop(sink);
 }
 
-/// Resolves `close_timeout` after the read half ended: the bound on how
-/// long the writer may still flush once the connection is over (a peer
-/// that failed the protocol and never reads must not keep the socket).
-async fn ended_deadline(shared: &Shared) {
-    shared
-        .readable
-        .wait_until(|| shared.lock().read_end.is_some())
-        .await;
-    tokio::time::sleep(shared.close_timeout).await;
-}
-
 /// Sends what the guest queues until the connection is over: the close
 /// frame went out and the closing handshake ended (or timed out), the
 /// read half ended and nothing is left to send, or a write failed.
@@ -758,40 +832,21 @@ async fn write_until_done(shared: &Arc<Shared>) {
                 return;
             }
         }
-        let drained = tokio::select! {
-            drained = std::future::poll_fn(|cx| drive(shared, cx)) => drained,
-            () = ended_deadline(shared) => {
-                tracing::debug!("websocket: peer did not take the last frames in time");
-                return;
-            }
-        };
+        // A peer that never reads stalls this; the linger timer (started
+        // by the close, the drop or the end of the read half) ends it.
+        let drained = std::future::poll_fn(|cx| drive(shared, cx)).await;
         match drained {
             Ok(Drained::Idle) => {}
             Ok(Drained::CloseSent) => {
                 shared.lock().close_sent = true;
                 shared.writable.wake();
-                // Wait for the peer's close frame, then end the connection.
-                let done = tokio::time::timeout(
-                    shared.close_timeout,
-                    shared
-                        .readable
-                        .wait_until(|| shared.lock().read_end.is_some()),
-                )
-                .await;
-                if done.is_err() {
-                    if let Some(reader) = shared.reader.lock().unwrap().take() {
-                        reader.abort();
-                    }
-                    let mut st = shared.lock();
-                    st.read_end.get_or_insert(ErrorCode::Closed);
-                    st.close_info.get_or_insert(CloseInfo {
-                        code: CLOSE_ABNORMAL,
-                        reason: "peer did not answer the close frame".into(),
-                    });
-                    drop(st);
-                    shared.readable.wake();
-                    shared.writable.wake();
-                }
+                // Wait for the peer's close frame, then end the connection;
+                // the linger timer the close started cuts a peer that never
+                // answers.
+                shared
+                    .readable
+                    .wait_until(|| shared.lock().read_end.is_some())
+                    .await;
                 return;
             }
             Err(e) => {
@@ -887,6 +942,7 @@ pub async fn dial(
 ) -> Result<MessageStream, ErrorCode> {
     let tcp = net::dial(&ctx, &target.dest, target.port, check).await?;
     let peer = tcp.peer_addr().map_err(|e| net::io_error(&e))?;
+    let socket = std::os::fd::AsRawFd::as_raw_fd(&tcp);
     let mut request = target
         .url
         .as_str()
@@ -933,7 +989,14 @@ pub async fn dial(
         .get("sec-websocket-protocol")
         .and_then(|v| v.to_str().ok())
         .map(str::to_owned);
-    Ok(MessageStream::start(ws, &ctx, subprotocol, peer, path))
+    Ok(MessageStream::start_on(
+        ws,
+        Some(socket),
+        &ctx,
+        subprotocol,
+        peer,
+        path,
+    ))
 }
 
 #[derive(Default)]
@@ -1169,6 +1232,7 @@ async fn accept_one(
         *out.lock().unwrap() = (request.uri().to_string(), protocol);
         Ok(response)
     };
+    let socket = std::os::fd::AsRawFd::as_raw_fd(&tcp);
     let stream = Prefixed {
         head,
         pos: 0,
@@ -1182,8 +1246,14 @@ async fn accept_one(
     match result {
         Ok(Ok(ws)) => {
             let (path, protocol) = chosen.lock().unwrap().clone();
-            st.ready
-                .push_back(MessageStream::start(ws, &ctx, protocol, peer, path));
+            st.ready.push_back(MessageStream::start_on(
+                ws,
+                Some(socket),
+                &ctx,
+                protocol,
+                peer,
+                path,
+            ));
             drop(st);
             shared.accepted.wake();
         }
