@@ -50,6 +50,7 @@ use std::sync::Arc;
 
 use wasmtime::component::{HasData, Linker, ResourceTable};
 
+mod accept;
 pub mod bindings;
 pub mod config;
 pub mod net;

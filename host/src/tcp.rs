@@ -18,13 +18,13 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use bytes::Bytes;
 use tokio::net::TcpStream;
-use tokio::task::AbortHandle;
 use wasmtime::component::Resource;
 use wasmtime_wasi::p2::{
     DynInputStream, DynOutputStream, DynPollable, InputStream, OutputStream, Pollable, StreamError,
     StreamResult,
 };
 
+use crate::accept::AcceptQueue;
 use crate::bindings::ErrorCode;
 use crate::bindings::tether::streams::tcp as wit;
 use crate::ready::{Pending, Signal, pollable};
@@ -451,51 +451,10 @@ impl ByteStream {
 /// The `future-byte-stream` resource.
 pub type FutureByteStream = Pending<Connection>;
 
-#[derive(Default)]
-struct ListenerState {
-    ready: VecDeque<TcpStream>,
-    /// The host shut down: no more accepting; `accept` returns `closed`
-    /// once `ready` is empty.
-    stopped: bool,
-    /// The guest dropped the `byte-listener`: its pollable is ready.
-    closed: bool,
-}
-
-struct ListenerShared {
-    state: Mutex<ListenerState>,
-    backlog: usize,
-    accepted: Signal,
-    room: Signal,
-    /// The accept task (owns the listening socket).
-    task: Mutex<Option<AbortHandle>>,
-}
-
-impl ListenerShared {
-    fn stop_accepting(&self) {
-        if let Some(task) = self.task.lock().unwrap_or_else(|e| e.into_inner()).take() {
-            task.abort();
-        }
-    }
-}
-
-impl crate::shutdown::GoingAway for ListenerShared {
-    fn going_away(&self) {
-        self.stop_accepting();
-        self.lock().stopped = true;
-        self.accepted.wake();
-    }
-}
-
-impl ListenerShared {
-    fn lock(&self) -> MutexGuard<'_, ListenerState> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
-    }
-}
-
 /// A TCP server socket (the `byte-listener` resource).
 pub struct ByteListener {
     ctx: Arc<HostCtx>,
-    shared: Arc<ListenerShared>,
+    queue: Arc<AcceptQueue<TcpStream>>,
     local: SocketAddr,
 }
 
@@ -503,32 +462,20 @@ impl Drop for ByteListener {
     /// Stops accepting, closes the connections nobody accepted and makes
     /// the listener's pollables ready (they may outlive it).
     fn drop(&mut self) {
-        self.shared.accepted.watchers().detach_all();
-        self.shared.stop_accepting();
-        let unaccepted = {
-            let mut st = self.shared.lock();
-            st.closed = true;
-            std::mem::take(&mut st.ready)
-        };
-        drop(unaccepted);
-        self.shared.accepted.wake();
+        self.queue.close();
     }
 }
 
-async fn accept_loop(listener: tokio::net::TcpListener, shared: Arc<ListenerShared>) {
+async fn accept_loop(listener: tokio::net::TcpListener, queue: Arc<AcceptQueue<TcpStream>>) {
     loop {
-        shared
-            .room
-            .wait_until(|| shared.lock().ready.len() < shared.backlog)
-            .await;
+        queue.room().await;
         match listener.accept().await {
             Ok((tcp, peer)) => {
                 if let Err(e) = net::accepted(&tcp) {
                     tracing::warn!(%peer, "TCP_NODELAY failed: {e}");
                     continue;
                 }
-                shared.lock().ready.push_back(tcp);
-                shared.accepted.wake();
+                queue.push(tcp);
             }
             Err(e) => {
                 tracing::warn!("accept failed: {e}");
@@ -549,46 +496,17 @@ impl ByteListener {
         &self,
         interest: crate::readiness::Interest,
     ) -> Option<crate::readiness::Source<'_>> {
-        let s = &self.shared;
-        (interest == crate::readiness::Interest::Accept).then(|| {
-            crate::readiness::signal_source(&s.accepted, s, |s| {
-                let st = s.lock();
-                !st.ready.is_empty() || st.stopped
-            })
-        })
+        (interest == crate::readiness::Interest::Accept).then(|| self.queue.readiness())
     }
 
     /// Binds and starts accepting. Errors: see the WIT `listen`.
     pub fn bind(ctx: Arc<HostCtx>, address: &str) -> Result<ByteListener, ErrorCode> {
         let listener = net::bind(&ctx, address)?;
         let local = listener.local_addr().map_err(|e| net::io_error(&e))?;
-        let shared = Arc::new(ListenerShared {
-            state: Mutex::new(ListenerState::default()),
-            backlog: ctx.config.limits.accept_backlog.max(1),
-            accepted: Signal::default(),
-            room: Signal::default(),
-            task: Mutex::new(None),
-        });
-        let task = tokio::spawn(accept_loop(listener, shared.clone())).abort_handle();
-        *shared.task.lock().unwrap_or_else(|e| e.into_inner()) = Some(task);
-        ctx.lifecycle.register(Arc::downgrade(&shared) as _);
-        Ok(ByteListener { ctx, shared, local })
-    }
-}
-
-struct AcceptReady(Arc<ListenerShared>);
-
-#[async_trait::async_trait]
-impl Pollable for AcceptReady {
-    async fn ready(&mut self) {
-        let shared = &self.0;
-        shared
-            .accepted
-            .wait_until(|| {
-                let st = shared.lock();
-                !st.ready.is_empty() || st.stopped || st.closed
-            })
-            .await;
+        let queue = AcceptQueue::new(ctx.config.limits.accept_backlog);
+        queue.set_task(tokio::spawn(accept_loop(listener, queue.clone())).abort_handle());
+        ctx.lifecycle.register(Arc::downgrade(&queue) as _);
+        Ok(ByteListener { ctx, queue, local })
     }
 }
 
@@ -697,17 +615,11 @@ impl wit::HostByteListener for TetherCtxView<'_> {
         let listener = self.table.get(&this)?;
         let ctx = listener.ctx.clone();
         loop {
-            let listener = self.table.get(&this)?;
-            let mut st = listener.shared.lock();
-            let Some(tcp) = st.ready.pop_front() else {
-                return Ok(if st.stopped {
-                    Err(ErrorCode::Closed)
-                } else {
-                    Ok(None)
-                });
+            let tcp = match self.table.get(&this)?.queue.take() {
+                Ok(Some(tcp)) => tcp,
+                Ok(None) => return Ok(Ok(None)),
+                Err(e) => return Ok(Err(e)),
             };
-            drop(st);
-            listener.shared.room.wake();
             match open(tcp, &ctx) {
                 Ok(conn) => return Ok(Ok(Some(push_connection(self.table, conn)?))),
                 // The client reset the connection while it waited in the
@@ -722,8 +634,8 @@ impl wit::HostByteListener for TetherCtxView<'_> {
         &mut self,
         this: Resource<ByteListener>,
     ) -> wasmtime::Result<Resource<DynPollable>> {
-        let shared = self.table.get(&this)?.shared.clone();
-        pollable(self.table, AcceptReady(shared))
+        let ready = self.table.get(&this)?.queue.pollable();
+        pollable(self.table, ready)
     }
 
     fn drop(&mut self, this: Resource<ByteListener>) -> wasmtime::Result<()> {

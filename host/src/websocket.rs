@@ -36,6 +36,7 @@ use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 use wasmtime::component::Resource;
 use wasmtime_wasi::p2::{DynPollable, Pollable};
 
+use crate::accept::AcceptQueue;
 use crate::bindings::ErrorCode;
 use crate::bindings::tether::streams::websocket::{
     self as wit, CloseInfo, ConnectOptions, ListenOptions, Message,
@@ -999,59 +1000,9 @@ pub async fn dial(
     ))
 }
 
-#[derive(Default)]
-struct ListenerState {
-    ready: VecDeque<MessageStream>,
-    /// Handshakes past their request head, answering it: each holds a
-    /// backlog slot, so `ready.len() + upgrading <= backlog`.
-    upgrading: usize,
-    /// The host shut down: no more accepting; `accept` returns `closed`
-    /// once `ready` is empty.
-    stopped: bool,
-    /// The guest dropped the `listener`: its pollable is ready.
-    closed: bool,
-}
-
-struct ListenerShared {
-    state: Mutex<ListenerState>,
-    backlog: usize,
-    accepted: Signal,
-    room: Signal,
-    /// The accept task (owns the listening socket).
-    task: Mutex<Option<AbortHandle>>,
-}
-
-impl ListenerShared {
-    fn stop_accepting(&self) {
-        if let Some(task) = self.task.lock().unwrap_or_else(|e| e.into_inner()).take() {
-            task.abort();
-        }
-    }
-}
-
-impl crate::shutdown::GoingAway for ListenerShared {
-    fn going_away(&self) {
-        self.stop_accepting();
-        self.lock().stopped = true;
-        self.accepted.wake();
-    }
-}
-
-impl ListenerShared {
-    fn lock(&self) -> MutexGuard<'_, ListenerState> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// Whether the backlog of completed streams has room for one more.
-    fn has_room(&self) -> bool {
-        let st = self.lock();
-        st.ready.len() + st.upgrading < self.backlog
-    }
-}
-
 /// A WebSocket server socket (the `listener` resource).
 pub struct Listener {
-    shared: Arc<ListenerShared>,
+    queue: Arc<AcceptQueue<MessageStream>>,
     local: SocketAddr,
 }
 
@@ -1059,15 +1010,7 @@ impl Drop for Listener {
     /// Stops accepting, closes the streams nobody accepted and makes the
     /// listener's pollables ready (they may outlive it).
     fn drop(&mut self) {
-        self.shared.accepted.watchers().detach_all();
-        self.shared.stop_accepting();
-        let unaccepted = {
-            let mut st = self.shared.lock();
-            st.closed = true;
-            std::mem::take(&mut st.ready)
-        };
-        drop(unaccepted);
-        self.shared.accepted.wake();
+        self.queue.close();
     }
 }
 
@@ -1193,7 +1136,7 @@ async fn accept_one(
     mut tcp: TcpStream,
     peer: SocketAddr,
     supported: Arc<Vec<String>>,
-    shared: Arc<ListenerShared>,
+    queue: Arc<AcceptQueue<MessageStream>>,
 ) {
     let limits = &ctx.config.limits;
     let head =
@@ -1211,15 +1154,7 @@ async fn accept_one(
                 return;
             }
         };
-    shared
-        .room
-        .wait_until(|| {
-            let mut st = shared.lock();
-            let room = st.ready.len() + st.upgrading < shared.backlog;
-            st.upgrading += usize::from(room);
-            room
-        })
-        .await;
+    queue.reserve().await;
     let chosen = Arc::new(Mutex::new((String::new(), None::<String>)));
     let out = chosen.clone();
     let callback = move |request: &Request, mut response: Response| {
@@ -1240,34 +1175,28 @@ async fn accept_one(
     };
     let handshake =
         tokio_tungstenite::accept_hdr_async_with_config(stream, callback, Some(ws_config(limits)));
-    let result = tokio::time::timeout(limits.handshake_timeout, handshake).await;
-    let mut st = shared.lock();
-    st.upgrading -= 1;
-    match result {
+    let stream = match tokio::time::timeout(limits.handshake_timeout, handshake).await {
         Ok(Ok(ws)) => {
             let (path, protocol) = chosen.lock().unwrap().clone();
-            st.ready.push_back(MessageStream::start_on(
+            Some(MessageStream::start_on(
                 ws,
                 Some(socket),
                 &ctx,
                 protocol,
                 peer,
                 path,
-            ));
-            drop(st);
-            shared.accepted.wake();
+            ))
         }
         Ok(Err(e)) => {
-            drop(st);
-            shared.room.wake();
             tracing::info!(%peer, "rejected WebSocket handshake: {e}");
+            None
         }
         Err(_) => {
-            drop(st);
-            shared.room.wake();
             tracing::info!(%peer, "WebSocket handshake timed out");
+            None
         }
-    }
+    };
+    queue.fill(stream);
 }
 
 /// Accepts connections and runs their handshakes concurrently, at most
@@ -1280,7 +1209,7 @@ async fn accept_loop(
     ctx: Arc<HostCtx>,
     listener: tokio::net::TcpListener,
     supported: Arc<Vec<String>>,
-    shared: Arc<ListenerShared>,
+    queue: Arc<AcceptQueue<MessageStream>>,
 ) {
     let max_handshakes = ctx.config.limits.max_handshakes_per_listener.max(1);
     let mut handshakes = tokio::task::JoinSet::new();
@@ -1288,7 +1217,7 @@ async fn accept_loop(
         let accepted = tokio::select! {
             Some(_) = handshakes.join_next(), if !handshakes.is_empty() => continue,
             accepted = async {
-                shared.room.wait_until(|| shared.has_room()).await;
+                queue.room().await;
                 listener.accept().await
             } => accepted,
         };
@@ -1316,7 +1245,7 @@ async fn accept_loop(
             tcp,
             peer,
             supported.clone(),
-            shared.clone(),
+            queue.clone(),
         ));
     }
 }
@@ -1330,24 +1259,16 @@ impl Listener {
     ) -> Result<Listener, ErrorCode> {
         let listener = net::bind(&ctx, address)?;
         let local = listener.local_addr().map_err(|e| net::io_error(&e))?;
-        let shared = Arc::new(ListenerShared {
-            state: Mutex::new(ListenerState::default()),
-            backlog: ctx.config.limits.accept_backlog.max(1),
-            accepted: Signal::default(),
-            room: Signal::default(),
-            task: Mutex::new(None),
-        });
-        let lifecycle = Arc::downgrade(&shared);
+        let queue = AcceptQueue::new(ctx.config.limits.accept_backlog);
         let task = tokio::spawn(accept_loop(
             ctx.clone(),
             listener,
             Arc::new(options.subprotocols),
-            shared.clone(),
-        ))
-        .abort_handle();
-        *shared.task.lock().unwrap_or_else(|e| e.into_inner()) = Some(task);
-        ctx.lifecycle.register(lifecycle as _);
-        Ok(Listener { shared, local })
+            queue.clone(),
+        ));
+        queue.set_task(task.abort_handle());
+        ctx.lifecycle.register(Arc::downgrade(&queue) as _);
+        Ok(Listener { queue, local })
     }
 
     /// The bound address.
@@ -1360,46 +1281,13 @@ impl Listener {
         &self,
         interest: crate::readiness::Interest,
     ) -> Option<crate::readiness::Source<'_>> {
-        let s = &self.shared;
-        (interest == crate::readiness::Interest::Accept).then(|| {
-            crate::readiness::signal_source(&s.accepted, s, |s| {
-                let st = s.lock();
-                !st.ready.is_empty() || st.stopped
-            })
-        })
+        (interest == crate::readiness::Interest::Accept).then(|| self.queue.readiness())
     }
 
     /// Takes the next accepted stream, if any. Errors: `closed` once the
     /// host shut down and every stream accepted before was taken.
     pub fn accept(&self) -> Result<Option<MessageStream>, ErrorCode> {
-        let mut st = self.shared.lock();
-        let stream = st.ready.pop_front();
-        let stopped = st.stopped;
-        drop(st);
-        match stream {
-            Some(s) => {
-                self.shared.room.wake();
-                Ok(Some(s))
-            }
-            None if stopped => Err(ErrorCode::Closed),
-            None => Ok(None),
-        }
-    }
-}
-
-struct AcceptReady(Arc<ListenerShared>);
-
-#[async_trait::async_trait]
-impl Pollable for AcceptReady {
-    async fn ready(&mut self) {
-        let shared = &self.0;
-        shared
-            .accepted
-            .wait_until(|| {
-                let st = shared.lock();
-                !st.ready.is_empty() || st.stopped || st.closed
-            })
-            .await;
+        self.queue.take()
     }
 }
 
@@ -1542,8 +1430,8 @@ impl wit::HostListener for TetherCtxView<'_> {
     }
 
     fn subscribe(&mut self, this: Resource<Listener>) -> wasmtime::Result<Resource<DynPollable>> {
-        let shared = self.table.get(&this)?.shared.clone();
-        pollable(self.table, AcceptReady(shared))
+        let ready = self.table.get(&this)?.queue.pollable();
+        pollable(self.table, ready)
     }
 
     fn drop(&mut self, this: Resource<Listener>) -> wasmtime::Result<()> {
