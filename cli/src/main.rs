@@ -127,6 +127,11 @@ pub struct HostArgs {
     /// TLS + WebSocket handshake deadline, ms (at least 1).
     #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..))]
     pub handshake_timeout_ms: u64,
+    /// Bounded linger, ms (at least 1): a stream the guest dropped (TCP:
+    /// its output stream, with bytes queued) or closed is reset this long
+    /// after, if the peer has not taken what is queued or answered the close.
+    #[arg(long, default_value_t = Limits::default().linger_timeout.as_millis() as u64, value_parser = clap::value_parser!(u64).range(1..))]
+    pub linger_timeout_ms: u64,
     /// Stop a guest that runs this long without returning to the host, ms
     /// (at least 1).
     #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..))]
@@ -212,6 +217,7 @@ impl HostArgs {
                 max_handshakes_per_listener: self.max_handshakes_per_listener,
                 connect_timeout: Duration::from_millis(self.connect_timeout_ms),
                 handshake_timeout: Duration::from_millis(self.handshake_timeout_ms),
+                linger_timeout: Duration::from_millis(self.linger_timeout_ms),
                 max_memory_bytes: self.max_memory_mib << 20,
                 max_run_without_yield: Duration::from_millis(self.max_run_ms),
                 shutdown_timeout: self.shutdown.timeout(),

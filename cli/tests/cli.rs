@@ -2,22 +2,11 @@
 //! errors, and a running tunnel that outlives its log reader.
 
 use std::io::{BufRead, BufReader, Read};
-use std::process::{Child, Command, Stdio};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-fn tether() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_tether"))
-}
-
-/// Kills the child when the test ends, however it ends.
-struct Running(Child);
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
+mod common;
+use common::*;
 
 #[test]
 fn usage_errors_exit_2_with_a_message() {
@@ -35,35 +24,6 @@ fn usage_errors_exit_2_with_a_message() {
         assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
         assert!(!stderr.trim().is_empty(), "{args:?}: no message");
         assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
-    }
-}
-
-/// Lines of a child's stderr, read on a thread, so that waiting for one
-/// can time out.
-fn stderr_lines(child: &mut Child) -> std::sync::mpsc::Receiver<String> {
-    let (tx, rx) = std::sync::mpsc::channel();
-    let stderr = child.stderr.take().unwrap();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines() {
-            let Ok(line) = line else { return };
-            if tx.send(line).is_err() {
-                return;
-            }
-        }
-    });
-    rx
-}
-
-/// Waits (at most 10 s) for a line containing `needle`; returns it.
-fn wait_for(lines: &std::sync::mpsc::Receiver<String>, needle: &str) -> String {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        match lines.recv_timeout(left) {
-            Ok(line) if line.contains(needle) => return line,
-            Ok(_) => {}
-            Err(e) => panic!("no line with {needle:?} within 10 s: {e}"),
-        }
     }
 }
 
@@ -99,15 +59,8 @@ fn a_closed_stderr_does_not_end_a_running_tunnel() {
         .to_string();
     std::thread::sleep(Duration::from_millis(100));
 
-    let mut client = Running(
-        tether()
-            .args(["jmux", "--", &url, "socks5-listen://127.0.0.1:0"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap(),
-    );
-    let client_log = stderr_lines(&mut client.0);
+    let (mut client, client_log) =
+        Running::spawn(&["jmux", "--", &url, "socks5-listen://127.0.0.1:0"]);
     let line = wait_for(&client_log, "socks5 listener on");
     let socks = line.rsplit(' ').next().unwrap().to_string();
     // Make the server log: a SOCKS5 CONNECT to a closed port, which the
@@ -146,11 +99,7 @@ fn a_closed_stderr_does_not_end_a_running_tunnel() {
         std::thread::sleep(Duration::from_millis(20));
     };
     // The client exited: its log ends (EOF) and the reader thread hangs up.
-    let mut rest = Vec::new();
-    while let Ok(line) = client_log.recv_timeout(Duration::from_secs(5)) {
-        rest.push(line);
-    }
-    let rest = rest.join("\n");
+    let rest = rest(&client_log);
     assert_eq!(status.code(), Some(1), "{rest}");
     assert!(rest.contains("without closing handshake"), "{rest}");
 }

@@ -3,95 +3,14 @@
 //! they queued, byte streams half-close, the process exits 0 within
 //! `--shutdown-timeout-ms`, and a second signal exits at once.
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
-use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::mpsc::Receiver;
 use std::time::{Duration, Instant};
 
 use tungstenite::protocol::frame::coding::CloseCode;
 
-fn tether() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_tether"))
-}
-
-/// Kills the child when the test ends, however it ends.
-struct Running(Child);
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-impl Running {
-    fn spawn(args: &[&str]) -> (Running, Receiver<String>) {
-        let mut child = tether()
-            .args(args)
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let (tx, rx) = std::sync::mpsc::channel();
-        let stderr = child.stderr.take().unwrap();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines() {
-                let Ok(line) = line else { return };
-                if tx.send(line).is_err() {
-                    return;
-                }
-            }
-        });
-        (Running(child), rx)
-    }
-
-    fn signal(&self, name: &str) {
-        let status = Command::new("kill")
-            .args([&format!("-{name}"), &self.0.id().to_string()])
-            .status()
-            .unwrap();
-        assert!(status.success(), "kill -{name}");
-    }
-
-    /// Waits at most `limit` for the process to end.
-    fn exit_within(&mut self, limit: Duration) -> (ExitStatus, Duration) {
-        let t0 = Instant::now();
-        loop {
-            if let Some(status) = self.0.try_wait().unwrap() {
-                return (status, t0.elapsed());
-            }
-            assert!(t0.elapsed() < limit, "still running after {limit:?}");
-            std::thread::sleep(Duration::from_millis(5));
-        }
-    }
-
-    fn is_running(&mut self) -> bool {
-        self.0.try_wait().unwrap().is_none()
-    }
-}
-
-/// Waits (at most 10 s) for a line containing `needle`; returns it.
-fn wait_for(lines: &Receiver<String>, needle: &str) -> String {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        match lines.recv_timeout(left) {
-            Ok(line) if line.contains(needle) => return line,
-            Ok(_) => {}
-            Err(e) => panic!("no line with {needle:?} within 10 s: {e}"),
-        }
-    }
-}
-
-/// Everything the process printed from now until it ended.
-fn rest(lines: &Receiver<String>) -> String {
-    let mut all = Vec::new();
-    while let Ok(line) = lines.recv_timeout(Duration::from_secs(5)) {
-        all.push(line);
-    }
-    all.join("\n")
-}
+mod common;
+use common::*;
 
 /// A WebSocket client of `ws://ADDR/` whose reads time out after 10 s.
 fn ws_connect(addr: &str) -> tungstenite::WebSocket<TcpStream> {

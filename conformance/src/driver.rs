@@ -75,6 +75,7 @@ pub fn host_config(peer: &Peer, variant: HostVariant) -> Config {
     let mut limits = Limits {
         connect_timeout: Duration::from_secs(3),
         handshake_timeout: Duration::from_millis(800),
+        linger_timeout: Duration::from_millis(800),
         max_memory_bytes: 128 << 20,
         max_run_without_yield: Duration::from_secs(5),
         ..Limits::default()

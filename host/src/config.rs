@@ -47,12 +47,21 @@ pub struct Limits {
     pub max_handshakes_per_listener: usize,
     /// Deadline for DNS plus TCP connect. Default 10 s.
     pub connect_timeout: Duration,
-    /// Deadline for the TLS and WebSocket handshakes, dialled or accepted
-    /// (an accepted client's request head must arrive within it, counted
-    /// from accept), and for the closing handshake: a stream the guest dropped or closed
-    /// is torn down at the latest this long after, even if the peer never
-    /// reads or never answers. Default 10 s.
+    /// Deadline for the TLS and WebSocket opening handshakes, dialled or
+    /// accepted (an accepted client's request head must arrive within it,
+    /// counted from accept). Default 10 s.
     pub handshake_timeout: Duration,
+    /// Bounded linger: how long a connection may outlive the guest's hold
+    /// on it, or its close, to deliver what is queued. A TCP output stream
+    /// the guest dropped with bytes still queued, a message stream the
+    /// guest dropped or closed (or the host closed: shutdown, failure) is
+    /// torn down at the latest this long after the drop or close, even if
+    /// the peer never reads or never answers the close frame (RFC 6455
+    /// section 7.1.1 lets a client close the TCP connection after a
+    /// reasonable time). Teardown resets the connection (SO_LINGER 0, so
+    /// the kernel drops its unsent bytes too and keeps no orphan socket)
+    /// and frees the bytes the host still queued for it. Default 5 s.
+    pub linger_timeout: Duration,
     /// Linear memory a guest may grow to, bytes. Default 256 MiB.
     pub max_memory_bytes: usize,
     /// Longest a guest may run without returning to the host (a runaway
@@ -97,6 +106,7 @@ impl Default for Limits {
             max_handshakes_per_listener: 1024,
             connect_timeout: Duration::from_secs(10),
             handshake_timeout: Duration::from_secs(10),
+            linger_timeout: Duration::from_secs(5),
             max_memory_bytes: 256 << 20,
             max_run_without_yield: Duration::from_secs(10),
             shutdown_timeout: Duration::from_secs(5),

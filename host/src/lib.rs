@@ -52,6 +52,7 @@ use std::sync::Arc;
 
 use wasmtime::component::{HasData, Linker, ResourceTable};
 
+mod accept;
 pub mod bindings;
 pub mod config;
 pub mod metrics;
@@ -101,6 +102,7 @@ pub struct Stats {
     buffered: std::sync::atomic::AtomicUsize,
     peak_buffered: std::sync::atomic::AtomicUsize,
     peak_tcp_queued: std::sync::atomic::AtomicUsize,
+    tcp_queued: std::sync::atomic::AtomicUsize,
 }
 
 impl Stats {
@@ -134,10 +136,25 @@ impl Stats {
             .load(std::sync::atomic::Ordering::Relaxed)
     }
 
-    /// Records that one TCP output stream now queues `queued` bytes.
-    pub(crate) fn tcp_queued(&self, queued: usize) {
-        self.peak_tcp_queued
-            .fetch_max(queued, std::sync::atomic::Ordering::Relaxed);
+    /// Bytes queued in TCP output streams' write buffers now (written by
+    /// the guest, not yet taken by the kernel), over every stream, those the
+    /// guest dropped included until they drain or their linger ends.
+    pub fn tcp_queued_bytes(&self) -> usize {
+        self.tcp_queued.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Records that one TCP output stream queued `added` more bytes and now
+    /// queues `queued`.
+    pub(crate) fn tcp_queued(&self, added: usize, queued: usize) {
+        use std::sync::atomic::Ordering::Relaxed;
+        self.tcp_queued.fetch_add(added, Relaxed);
+        self.peak_tcp_queued.fetch_max(queued, Relaxed);
+    }
+
+    /// Records that TCP output streams' write buffers released `n` bytes.
+    pub(crate) fn tcp_dequeued(&self, n: usize) {
+        self.tcp_queued
+            .fetch_sub(n, std::sync::atomic::Ordering::Relaxed);
     }
 }
 

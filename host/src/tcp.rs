@@ -5,6 +5,11 @@
 //! socket too when nothing is queued, and only the part the kernel did not
 //! take waits in a bounded per-stream buffer that a writer task drains. A
 //! full buffer makes `check-write` return 0: backpressure, never loss.
+//!
+//! A dropped output stream still delivers what it queued, for at most
+//! `linger_timeout`: past it the host drops the queue and resets the
+//! connection (SO_LINGER 0), so a peer that never reads cannot hold the
+//! socket and the buffer after the guest let go.
 
 use std::collections::VecDeque;
 use std::io;
@@ -13,13 +18,13 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use bytes::Bytes;
 use tokio::net::TcpStream;
-use tokio::task::AbortHandle;
 use wasmtime::component::Resource;
 use wasmtime_wasi::p2::{
     DynInputStream, DynOutputStream, DynPollable, InputStream, OutputStream, Pollable, StreamError,
     StreamResult,
 };
 
+use crate::accept::AcceptQueue;
 use crate::bindings::ErrorCode;
 use crate::bindings::tether::streams::tcp as wit;
 use crate::metrics::{Direction, Interface, OpenConnection};
@@ -34,7 +39,8 @@ struct WriteState {
     /// empty.
     flushing: bool,
     shutdown_requested: bool,
-    /// The output stream was dropped: drain, then end the task.
+    /// The output stream was dropped: drain (for at most the linger), then
+    /// end the task.
     dropped: bool,
     error: Option<String>,
 }
@@ -48,10 +54,20 @@ struct Writer {
     _open: Arc<OpenConnection>,
     state: Mutex<WriteState>,
     limit: usize,
+    /// `linger_timeout`: how long the queue may take to drain once the
+    /// output stream was dropped.
+    linger: std::time::Duration,
     /// Writer task: bytes queued, shutdown requested or stream dropped.
     work: Signal,
     /// Guest side: queue shrank or an error happened.
     progress: Signal,
+}
+
+impl Drop for Writer {
+    fn drop(&mut self) {
+        let st = self.lock();
+        self.stats.tcp_dequeued(st.queued);
+    }
 }
 
 impl Writer {
@@ -100,6 +116,32 @@ impl Writer {
     }
 }
 
+impl Writer {
+    /// The linger ended with bytes still queued: drops them and makes the
+    /// socket reset when it closes (SO_LINGER 0: RST, and the kernel drops
+    /// its unsent bytes too instead of keeping an orphan socket). It closes
+    /// as soon as the writer task ends, or, if the guest still holds the
+    /// input stream, when it drops that.
+    fn reset(&self) {
+        let sock = socket2::SockRef::from(&*self.stream);
+        if let Err(e) = sock.set_linger(Some(std::time::Duration::ZERO)) {
+            tracing::debug!("SO_LINGER 0 failed: {e}");
+        }
+        let mut st = self.lock();
+        tracing::debug!(
+            queued = st.queued,
+            "TCP output stream dropped and not drained within linger_timeout: reset"
+        );
+        self.stats.tcp_dequeued(st.queued);
+        st.queue.clear();
+        st.queued = 0;
+        st.error
+            .get_or_insert_with(|| "connection reset: linger_timeout ended".into());
+        drop(st);
+        self.progress.wake();
+    }
+}
+
 impl crate::shutdown::GoingAway for Writer {
     fn going_away(&self) {
         // An error already ended the stream: nothing left to half-close.
@@ -107,7 +149,20 @@ impl crate::shutdown::GoingAway for Writer {
     }
 }
 
+/// The writer task: sends what is queued until the stream is over; once
+/// the output stream was dropped, for at most the linger.
 async fn drain(writer: Arc<Writer>) {
+    let linger_over = async {
+        writer.work.wait_until(|| writer.lock().dropped).await;
+        tokio::time::sleep(writer.linger).await;
+    };
+    tokio::select! {
+        () = send_queued(&writer) => {}
+        () = linger_over => writer.reset(),
+    }
+}
+
+async fn send_queued(writer: &Writer) {
     loop {
         writer
             .work
@@ -127,6 +182,7 @@ async fn drain(writer: Arc<Writer>) {
                 match result {
                     Ok(n) => {
                         st.queued -= n;
+                        writer.stats.tcp_dequeued(n);
                         if n == chunk.len() {
                             st.queue.pop_front();
                         } else if let Some(f) = st.queue.front_mut() {
@@ -145,6 +201,7 @@ async fn drain(writer: Arc<Writer>) {
                     Err(e) => {
                         st.error = Some(e.to_string());
                         st.queue.clear();
+                        writer.stats.tcp_dequeued(st.queued);
                         st.queued = 0;
                     }
                 }
@@ -207,7 +264,7 @@ impl OutputStream for TcpOutput {
         }
         if !rest.is_empty() {
             st.queued += rest.len();
-            w.stats.tcp_queued(st.queued);
+            w.stats.tcp_queued(rest.len(), st.queued);
             st.queue.push_back(rest);
             drop(st);
             w.work.wake();
@@ -364,6 +421,7 @@ pub fn open(
         _open: open.clone(),
         state: Mutex::new(WriteState::default()),
         limit: limits.tcp_write_buffer_bytes.max(1),
+        linger: limits.linger_timeout,
         work: Signal::default(),
         progress: Signal::default(),
     });
@@ -418,51 +476,10 @@ impl ByteStream {
 /// The `future-byte-stream` resource.
 pub type FutureByteStream = Pending<Connection>;
 
-#[derive(Default)]
-struct ListenerState {
-    ready: VecDeque<TcpStream>,
-    /// The host shut down: no more accepting; `accept` returns `closed`
-    /// once `ready` is empty.
-    stopped: bool,
-    /// The guest dropped the `byte-listener`: its pollable is ready.
-    closed: bool,
-}
-
-struct ListenerShared {
-    state: Mutex<ListenerState>,
-    backlog: usize,
-    accepted: Signal,
-    room: Signal,
-    /// The accept task (owns the listening socket).
-    task: Mutex<Option<AbortHandle>>,
-}
-
-impl ListenerShared {
-    fn stop_accepting(&self) {
-        if let Some(task) = self.task.lock().unwrap_or_else(|e| e.into_inner()).take() {
-            task.abort();
-        }
-    }
-}
-
-impl crate::shutdown::GoingAway for ListenerShared {
-    fn going_away(&self) {
-        self.stop_accepting();
-        self.lock().stopped = true;
-        self.accepted.wake();
-    }
-}
-
-impl ListenerShared {
-    fn lock(&self) -> MutexGuard<'_, ListenerState> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
-    }
-}
-
 /// A TCP server socket (the `byte-listener` resource).
 pub struct ByteListener {
     ctx: Arc<HostCtx>,
-    shared: Arc<ListenerShared>,
+    queue: Arc<AcceptQueue<TcpStream>>,
     local: SocketAddr,
 }
 
@@ -470,32 +487,20 @@ impl Drop for ByteListener {
     /// Stops accepting, closes the connections nobody accepted and makes
     /// the listener's pollables ready (they may outlive it).
     fn drop(&mut self) {
-        self.shared.accepted.watchers().detach_all();
-        self.shared.stop_accepting();
-        let unaccepted = {
-            let mut st = self.shared.lock();
-            st.closed = true;
-            std::mem::take(&mut st.ready)
-        };
-        drop(unaccepted);
-        self.shared.accepted.wake();
+        self.queue.close();
     }
 }
 
-async fn accept_loop(listener: tokio::net::TcpListener, shared: Arc<ListenerShared>) {
+async fn accept_loop(listener: tokio::net::TcpListener, queue: Arc<AcceptQueue<TcpStream>>) {
     loop {
-        shared
-            .room
-            .wait_until(|| shared.lock().ready.len() < shared.backlog)
-            .await;
+        queue.room().await;
         match listener.accept().await {
             Ok((tcp, peer)) => {
                 if let Err(e) = net::accepted(&tcp) {
                     tracing::warn!(%peer, "TCP_NODELAY failed: {e}");
                     continue;
                 }
-                shared.lock().ready.push_back(tcp);
-                shared.accepted.wake();
+                queue.push(tcp);
             }
             Err(e) => {
                 tracing::warn!("accept failed: {e}");
@@ -516,51 +521,24 @@ impl ByteListener {
         &self,
         interest: crate::readiness::Interest,
     ) -> Option<crate::readiness::Source<'_>> {
-        let s = &self.shared;
-        (interest == crate::readiness::Interest::Accept).then(|| {
-            crate::readiness::signal_source(&s.accepted, s, |s| {
-                let st = s.lock();
-                !st.ready.is_empty() || st.stopped
-            })
-        })
+        (interest == crate::readiness::Interest::Accept).then(|| self.queue.readiness())
     }
 
     /// Binds and starts accepting. Errors: see the WIT `listen`.
     pub fn bind(ctx: Arc<HostCtx>, address: &str) -> Result<ByteListener, ErrorCode> {
         let listener = net::bind(&ctx, address)?;
         let local = listener.local_addr().map_err(|e| net::io_error(&e))?;
-        let shared = Arc::new(ListenerShared {
-            state: Mutex::new(ListenerState::default()),
-            backlog: ctx.config.limits.accept_backlog.max(1),
-            accepted: Signal::default(),
-            room: Signal::default(),
-            task: Mutex::new(None),
-        });
+        let queue = AcceptQueue::new(ctx.config.limits.accept_backlog);
         let span = tracing::info_span!("listener", interface = "tcp", %local);
-        let task = tokio::spawn(tracing::Instrument::instrument(
-            accept_loop(listener, shared.clone()),
-            span,
-        ))
-        .abort_handle();
-        *shared.task.lock().unwrap_or_else(|e| e.into_inner()) = Some(task);
-        ctx.lifecycle.register(Arc::downgrade(&shared) as _);
-        Ok(ByteListener { ctx, shared, local })
-    }
-}
-
-struct AcceptReady(Arc<ListenerShared>);
-
-#[async_trait::async_trait]
-impl Pollable for AcceptReady {
-    async fn ready(&mut self) {
-        let shared = &self.0;
-        shared
-            .accepted
-            .wait_until(|| {
-                let st = shared.lock();
-                !st.ready.is_empty() || st.stopped || st.closed
-            })
-            .await;
+        queue.set_task(
+            tokio::spawn(tracing::Instrument::instrument(
+                accept_loop(listener, queue.clone()),
+                span,
+            ))
+            .abort_handle(),
+        );
+        ctx.lifecycle.register(Arc::downgrade(&queue) as _);
+        Ok(ByteListener { ctx, queue, local })
     }
 }
 
@@ -669,17 +647,11 @@ impl wit::HostByteListener for TetherCtxView<'_> {
         let listener = self.table.get(&this)?;
         let ctx = listener.ctx.clone();
         loop {
-            let listener = self.table.get(&this)?;
-            let mut st = listener.shared.lock();
-            let Some(tcp) = st.ready.pop_front() else {
-                return Ok(if st.stopped {
-                    Err(ErrorCode::Closed)
-                } else {
-                    Ok(None)
-                });
+            let tcp = match self.table.get(&this)?.queue.take() {
+                Ok(Some(tcp)) => tcp,
+                Ok(None) => return Ok(Ok(None)),
+                Err(e) => return Ok(Err(e)),
             };
-            drop(st);
-            listener.shared.room.wake();
             match open(tcp, &ctx, Direction::Inbound) {
                 Ok(conn) => return Ok(Ok(Some(push_connection(self.table, conn)?))),
                 // The client reset the connection while it waited in the
@@ -694,8 +666,8 @@ impl wit::HostByteListener for TetherCtxView<'_> {
         &mut self,
         this: Resource<ByteListener>,
     ) -> wasmtime::Result<Resource<DynPollable>> {
-        let shared = self.table.get(&this)?.shared.clone();
-        pollable(self.table, AcceptReady(shared))
+        let ready = self.table.get(&this)?.queue.pollable();
+        pollable(self.table, ready)
     }
 
     fn drop(&mut self, this: Resource<ByteListener>) -> wasmtime::Result<()> {

@@ -7,6 +7,12 @@
 //! bounded outbound queue, writing everything queued and flushing as soon as
 //! the queue is empty. The guest never blocks in these calls; it waits on
 //! the pollables, which the tasks wake through [`Signal`].
+//!
+//! Closing is bounded: once the guest closes or drops a stream (or the host
+//! closes it), the closing handshake (the backlog, the close frame, the
+//! peer's answer) has `linger_timeout`; past it the host resets the TCP
+//! connection (SO_LINGER 0) and frees what it still queued (RFC 6455
+//! section 7.1.1 lets a client close after a reasonable time).
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
@@ -30,6 +36,7 @@ use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 use wasmtime::component::Resource;
 use wasmtime_wasi::p2::{DynPollable, Pollable};
 
+use crate::accept::AcceptQueue;
 use crate::bindings::ErrorCode;
 use crate::bindings::tether::streams::websocket::{
     self as wit, CloseInfo, ConnectOptions, ListenOptions, Message,
@@ -107,6 +114,8 @@ struct State {
     /// The close frame was handed to tungstenite (so it will not answer
     /// the peer's close frame with its own).
     close_started: bool,
+    /// The linger timer runs (started by the first close or the drop).
+    linger_started: bool,
     /// A send since the writer task last ran went straight to the socket.
     /// Further sends queue up until the guest yields, so a burst becomes
     /// one flush (write everything queued, flush on drain).
@@ -118,7 +127,15 @@ struct Shared {
     max_message: usize,
     inbound_limit: usize,
     outbound_limit: usize,
-    close_timeout: std::time::Duration,
+    /// `linger_timeout`: the bound on the closing handshake, from the
+    /// close (or the drop) to the teardown.
+    linger: std::time::Duration,
+    /// The TCP socket under the stream, to reset it when the linger ends.
+    /// Open as long as `sink` is `Some` (the write half owns the stream).
+    socket: Option<std::os::fd::RawFd>,
+    /// This stream, weakly: for the linger timer, which must not keep the
+    /// connection open itself.
+    me: std::sync::Weak<Shared>,
     /// Guest side: a message arrived or the stream ended.
     readable: Signal,
     /// Guest side: outbound room freed or the stream ended.
@@ -158,6 +175,72 @@ impl Shared {
             reason: reason.to_string().into(),
         })));
         drop(st);
+        self.outbound_work.wake();
+        self.start_linger();
+    }
+
+    /// Starts the linger timer, once: [`Shared::linger_over`] runs
+    /// `linger` from now unless the stream is gone by then. Without a
+    /// runtime (the host is going away) it runs at once.
+    fn start_linger(&self) {
+        if std::mem::replace(&mut self.lock().linger_started, true) {
+            return;
+        }
+        let me = self.me.clone();
+        match tokio::runtime::Handle::try_current() {
+            Ok(rt) => {
+                let linger = self.linger;
+                rt.spawn(async move {
+                    tokio::time::sleep(linger).await;
+                    if let Some(shared) = me.upgrade() {
+                        shared.linger_over();
+                    }
+                });
+            }
+            Err(_) => self.linger_over(),
+        }
+    }
+
+    /// The linger ended: stops both tasks, resets the TCP connection
+    /// (SO_LINGER 0, then the write half goes; the read half goes with its
+    /// aborted task) and frees the outbound queue (and the inbound queue
+    /// when the guest dropped the stream). The stream ends with 1006 if it
+    /// had not ended yet. Does nothing visible to a stream that already
+    /// ended cleanly.
+    fn linger_over(&self) {
+        for task in [&self.reader, &self.writer] {
+            if let Some(t) = task.lock().unwrap_or_else(|e| e.into_inner()).take() {
+                t.abort();
+            }
+        }
+        let sink = self.sink.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let (Some(_), Some(fd)) = (&sink, self.socket) {
+            // SAFETY: the write half is alive (`sink`), and it owns the
+            // WebSocket stream over this socket: the descriptor is open.
+            let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
+            if let Err(e) = socket2::SockRef::from(&fd).set_linger(Some(std::time::Duration::ZERO))
+            {
+                tracing::debug!("SO_LINGER 0 failed: {e}");
+            }
+            tracing::debug!("websocket: closing handshake not done within linger_timeout: reset");
+        }
+        drop(sink);
+        let mut st = self.lock();
+        let mut freed = std::mem::take(&mut st.outbound_bytes);
+        st.outbound.clear();
+        if st.dropped {
+            freed += std::mem::take(&mut st.inbound_bytes);
+            st.inbound.clear();
+        }
+        self.stats.sub_buffered(freed);
+        st.read_end.get_or_insert(ErrorCode::Closed);
+        st.close_info.get_or_insert(CloseInfo {
+            code: CLOSE_ABNORMAL,
+            reason: "closing handshake timed out".into(),
+        });
+        drop(st);
+        self.readable.wake();
+        self.writable.wake();
         self.outbound_work.wake();
     }
 
@@ -215,6 +298,8 @@ impl MessageStream {
     /// the current tokio runtime, in a `connection` span (child of the
     /// current one) with the `peer` address. `direction` says whether a
     /// listener accepted it or a guest dialled it (metrics).
+    /// Without the socket, a stream whose linger ends is closed without a
+    /// reset (the kernel may keep sending what it holds).
     pub fn start<S>(
         ws: WebSocketStream<S>,
         host: &HostCtx,
@@ -226,9 +311,29 @@ impl MessageStream {
     where
         S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     {
+        Self::start_on(ws, None, host, subprotocol, peer, path, direction)
+    }
+
+    /// [`MessageStream::start`] for a stream over the TCP socket `socket`
+    /// (its descriptor), which the host resets when the linger ends.
+    fn start_on<S>(
+        ws: WebSocketStream<S>,
+        socket: Option<std::os::fd::RawFd>,
+        host: &HostCtx,
+        subprotocol: Option<String>,
+        peer: SocketAddr,
+        path: String,
+        direction: Direction,
+    ) -> MessageStream
+    where
+        S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    {
         let limits = &host.config.limits;
         let (sink, stream) = ws.split();
-        let shared = Arc::new(Shared {
+        let shared = Arc::new_cyclic(|me| Shared {
+            linger: limits.linger_timeout,
+            socket,
+            me: me.clone(),
             sink: Mutex::new(Some(Box::pin(sink))),
             stats: host.stats.clone(),
             metrics: host.metrics.clone(),
@@ -239,7 +344,6 @@ impl MessageStream {
             // would never read the socket).
             inbound_limit: limits.inbound_buffer_bytes.max(1),
             outbound_limit: limits.outbound_buffer_bytes,
-            close_timeout: limits.handshake_timeout,
             readable: Signal::default(),
             writable: Signal::default(),
             outbound_work: Signal::default(),
@@ -506,42 +610,21 @@ impl StreamHandle {
 
 impl Drop for MessageStream {
     /// A dropped stream still delivers what was queued: it closes with 1000
-    /// after the backlog, and its tasks end after the closing handshake (or
-    /// the handshake timeout).
+    /// after the backlog, and its tasks end after the closing handshake, or
+    /// at the latest `linger_timeout` after the drop (or after an earlier
+    /// close): a peer that never reads (so the backlog never drains) or
+    /// never answers the close must not keep the socket and both tasks
+    /// alive after the guest let go.
     fn drop(&mut self) {
         self.shared.readable.watchers().detach_all();
         self.shared.writable.watchers().detach_all();
-        self.shared.queue_close(1000, "");
         self.shared.lock().dropped = true;
+        self.shared.queue_close(1000, "");
+        // A stream that ended already queues no close: bound its last
+        // flush all the same.
+        self.shared.start_linger();
         self.shared.readable.wake();
         self.shared.writable.wake();
-        // Bound the linger: a peer that never reads (so the backlog never
-        // drains) or never answers the close must not keep the socket and
-        // both tasks alive after the guest let go.
-        // A weak handle: the linger timer must not itself keep the socket
-        // open once both tasks have ended (a failed connection closes at
-        // once, not a handshake timeout later).
-        let shared = Arc::downgrade(&self.shared);
-        let abort = move || {
-            let Some(shared) = shared.upgrade() else {
-                return;
-            };
-            for task in [&shared.reader, &shared.writer] {
-                if let Some(t) = task.lock().unwrap_or_else(|e| e.into_inner()).take() {
-                    t.abort();
-                }
-            }
-        };
-        match tokio::runtime::Handle::try_current() {
-            Ok(rt) => {
-                let linger = self.shared.close_timeout;
-                rt.spawn(async move {
-                    tokio::time::sleep(linger).await;
-                    abort();
-                });
-            }
-            Err(_) => abort(),
-        }
     }
 }
 
@@ -692,6 +775,10 @@ where
     shared.readable.wake();
     shared.writable.wake();
     shared.outbound_work.wake();
+    // The writer may still flush (a failure's close frame, the backlog):
+    // a peer that failed the protocol and never reads must not keep the
+    // socket.
+    shared.start_linger();
 }
 
 enum Drained {
@@ -756,17 +843,6 @@ async fn write_loop(shared: Arc<Shared>) {
     drop(sink);
 }
 
-/// Resolves `close_timeout` after the read half ended: the bound on how
-/// long the writer may still flush once the connection is over (a peer
-/// that failed the protocol and never reads must not keep the socket).
-async fn ended_deadline(shared: &Shared) {
-    shared
-        .readable
-        .wait_until(|| shared.lock().read_end.is_some())
-        .await;
-    tokio::time::sleep(shared.close_timeout).await;
-}
-
 /// Sends what the guest queues until the connection is over: the close
 /// frame went out and the closing handshake ended (or timed out), the
 /// read half ended and nothing is left to send, or a write failed.
@@ -789,40 +865,21 @@ async fn write_until_done(shared: &Arc<Shared>) {
                 return;
             }
         }
-        let drained = tokio::select! {
-            drained = std::future::poll_fn(|cx| drive(shared, cx)) => drained,
-            () = ended_deadline(shared) => {
-                tracing::debug!("websocket: peer did not take the last frames in time");
-                return;
-            }
-        };
+        // A peer that never reads stalls this; the linger timer (started
+        // by the close, the drop or the end of the read half) ends it.
+        let drained = std::future::poll_fn(|cx| drive(shared, cx)).await;
         match drained {
             Ok(Drained::Idle) => {}
             Ok(Drained::CloseSent) => {
                 shared.lock().close_sent = true;
                 shared.writable.wake();
-                // Wait for the peer's close frame, then end the connection.
-                let done = tokio::time::timeout(
-                    shared.close_timeout,
-                    shared
-                        .readable
-                        .wait_until(|| shared.lock().read_end.is_some()),
-                )
-                .await;
-                if done.is_err() {
-                    if let Some(reader) = shared.reader.lock().unwrap().take() {
-                        reader.abort();
-                    }
-                    let mut st = shared.lock();
-                    st.read_end.get_or_insert(ErrorCode::Closed);
-                    st.close_info.get_or_insert(CloseInfo {
-                        code: CLOSE_ABNORMAL,
-                        reason: "peer did not answer the close frame".into(),
-                    });
-                    drop(st);
-                    shared.readable.wake();
-                    shared.writable.wake();
-                }
+                // Wait for the peer's close frame, then end the connection;
+                // the linger timer the close started cuts a peer that never
+                // answers.
+                shared
+                    .readable
+                    .wait_until(|| shared.lock().read_end.is_some())
+                    .await;
                 return;
             }
             Err(e) => {
@@ -918,6 +975,7 @@ pub async fn dial(
 ) -> Result<MessageStream, ErrorCode> {
     let tcp = net::dial(&ctx, &target.dest, target.port, check).await?;
     let peer = tcp.peer_addr().map_err(|e| net::io_error(&e))?;
+    let socket = std::os::fd::AsRawFd::as_raw_fd(&tcp);
     let mut request = target
         .url
         .as_str()
@@ -975,8 +1033,9 @@ pub async fn dial(
         .get("sec-websocket-protocol")
         .and_then(|v| v.to_str().ok())
         .map(str::to_owned);
-    Ok(MessageStream::start(
+    Ok(MessageStream::start_on(
         ws,
+        Some(socket),
         &ctx,
         subprotocol,
         peer,
@@ -985,59 +1044,9 @@ pub async fn dial(
     ))
 }
 
-#[derive(Default)]
-struct ListenerState {
-    ready: VecDeque<MessageStream>,
-    /// Handshakes past their request head, answering it: each holds a
-    /// backlog slot, so `ready.len() + upgrading <= backlog`.
-    upgrading: usize,
-    /// The host shut down: no more accepting; `accept` returns `closed`
-    /// once `ready` is empty.
-    stopped: bool,
-    /// The guest dropped the `listener`: its pollable is ready.
-    closed: bool,
-}
-
-struct ListenerShared {
-    state: Mutex<ListenerState>,
-    backlog: usize,
-    accepted: Signal,
-    room: Signal,
-    /// The accept task (owns the listening socket).
-    task: Mutex<Option<AbortHandle>>,
-}
-
-impl ListenerShared {
-    fn stop_accepting(&self) {
-        if let Some(task) = self.task.lock().unwrap_or_else(|e| e.into_inner()).take() {
-            task.abort();
-        }
-    }
-}
-
-impl crate::shutdown::GoingAway for ListenerShared {
-    fn going_away(&self) {
-        self.stop_accepting();
-        self.lock().stopped = true;
-        self.accepted.wake();
-    }
-}
-
-impl ListenerShared {
-    fn lock(&self) -> MutexGuard<'_, ListenerState> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// Whether the backlog of completed streams has room for one more.
-    fn has_room(&self) -> bool {
-        let st = self.lock();
-        st.ready.len() + st.upgrading < self.backlog
-    }
-}
-
 /// A WebSocket server socket (the `listener` resource).
 pub struct Listener {
-    shared: Arc<ListenerShared>,
+    queue: Arc<AcceptQueue<MessageStream>>,
     local: SocketAddr,
 }
 
@@ -1045,15 +1054,7 @@ impl Drop for Listener {
     /// Stops accepting, closes the streams nobody accepted and makes the
     /// listener's pollables ready (they may outlive it).
     fn drop(&mut self) {
-        self.shared.accepted.watchers().detach_all();
-        self.shared.stop_accepting();
-        let unaccepted = {
-            let mut st = self.shared.lock();
-            st.closed = true;
-            std::mem::take(&mut st.ready)
-        };
-        drop(unaccepted);
-        self.shared.accepted.wake();
+        self.queue.close();
     }
 }
 
@@ -1179,7 +1180,7 @@ async fn accept_one(
     mut tcp: TcpStream,
     peer: SocketAddr,
     supported: Arc<Vec<String>>,
-    shared: Arc<ListenerShared>,
+    queue: Arc<AcceptQueue<MessageStream>>,
 ) {
     let limits = &ctx.config.limits;
     let head =
@@ -1203,15 +1204,7 @@ async fn accept_one(
                 return;
             }
         };
-    shared
-        .room
-        .wait_until(|| {
-            let mut st = shared.lock();
-            let room = st.ready.len() + st.upgrading < shared.backlog;
-            st.upgrading += usize::from(room);
-            room
-        })
-        .await;
+    queue.reserve().await;
     let chosen = Arc::new(Mutex::new((String::new(), None::<String>)));
     let out = chosen.clone();
     let callback = move |request: &Request, mut response: Response| {
@@ -1224,6 +1217,7 @@ async fn accept_one(
         *out.lock().unwrap() = (request.uri().to_string(), protocol);
         Ok(response)
     };
+    let socket = std::os::fd::AsRawFd::as_raw_fd(&tcp);
     let stream = Prefixed {
         head,
         pos: 0,
@@ -1231,26 +1225,20 @@ async fn accept_one(
     };
     let handshake =
         tokio_tungstenite::accept_hdr_async_with_config(stream, callback, Some(ws_config(limits)));
-    let result = tokio::time::timeout(limits.handshake_timeout, handshake).await;
-    let mut st = shared.lock();
-    st.upgrading -= 1;
-    match result {
+    let stream = match tokio::time::timeout(limits.handshake_timeout, handshake).await {
         Ok(Ok(ws)) => {
             let (path, protocol) = chosen.lock().unwrap().clone();
-            st.ready.push_back(MessageStream::start(
+            Some(MessageStream::start_on(
                 ws,
+                Some(socket),
                 &ctx,
                 protocol,
                 peer,
                 path,
                 Direction::Inbound,
-            ));
-            drop(st);
-            shared.accepted.wake();
+            ))
         }
         Ok(Err(e)) => {
-            drop(st);
-            shared.room.wake();
             let reason = match e {
                 tungstenite::Error::Io(_) | tungstenite::Error::ConnectionClosed => {
                     HandshakeFailure::Closed
@@ -1259,15 +1247,16 @@ async fn accept_one(
             };
             ctx.metrics.handshake_failed(Direction::Inbound, reason);
             tracing::info!(%peer, "rejected WebSocket handshake: {e}");
+            None
         }
         Err(_) => {
-            drop(st);
-            shared.room.wake();
             ctx.metrics
                 .handshake_failed(Direction::Inbound, HandshakeFailure::Timeout);
             tracing::info!(%peer, "WebSocket handshake timed out");
+            None
         }
-    }
+    };
+    queue.fill(stream);
 }
 
 /// Accepts connections and runs their handshakes concurrently, at most
@@ -1280,7 +1269,7 @@ async fn accept_loop(
     ctx: Arc<HostCtx>,
     listener: tokio::net::TcpListener,
     supported: Arc<Vec<String>>,
-    shared: Arc<ListenerShared>,
+    queue: Arc<AcceptQueue<MessageStream>>,
 ) {
     let max_handshakes = ctx.config.limits.max_handshakes_per_listener.max(1);
     let mut handshakes = tokio::task::JoinSet::new();
@@ -1288,7 +1277,7 @@ async fn accept_loop(
         let accepted = tokio::select! {
             Some(_) = handshakes.join_next(), if !handshakes.is_empty() => continue,
             accepted = async {
-                shared.room.wait_until(|| shared.has_room()).await;
+                queue.room().await;
                 listener.accept().await
             } => accepted,
         };
@@ -1318,7 +1307,7 @@ async fn accept_loop(
             tcp,
             peer,
             supported.clone(),
-            shared.clone(),
+            queue.clone(),
         )));
     }
 }
@@ -1332,28 +1321,20 @@ impl Listener {
     ) -> Result<Listener, ErrorCode> {
         let listener = net::bind(&ctx, address)?;
         let local = listener.local_addr().map_err(|e| net::io_error(&e))?;
-        let shared = Arc::new(ListenerShared {
-            state: Mutex::new(ListenerState::default()),
-            backlog: ctx.config.limits.accept_backlog.max(1),
-            accepted: Signal::default(),
-            room: Signal::default(),
-            task: Mutex::new(None),
-        });
-        let lifecycle = Arc::downgrade(&shared);
+        let queue = AcceptQueue::new(ctx.config.limits.accept_backlog);
         let span = tracing::info_span!("listener", interface = "websocket", %local);
         let task = tokio::spawn(tracing::Instrument::instrument(
             accept_loop(
                 ctx.clone(),
                 listener,
                 Arc::new(options.subprotocols),
-                shared.clone(),
+                queue.clone(),
             ),
             span,
-        ))
-        .abort_handle();
-        *shared.task.lock().unwrap_or_else(|e| e.into_inner()) = Some(task);
-        ctx.lifecycle.register(lifecycle as _);
-        Ok(Listener { shared, local })
+        ));
+        queue.set_task(task.abort_handle());
+        ctx.lifecycle.register(Arc::downgrade(&queue) as _);
+        Ok(Listener { queue, local })
     }
 
     /// The bound address.
@@ -1366,46 +1347,13 @@ impl Listener {
         &self,
         interest: crate::readiness::Interest,
     ) -> Option<crate::readiness::Source<'_>> {
-        let s = &self.shared;
-        (interest == crate::readiness::Interest::Accept).then(|| {
-            crate::readiness::signal_source(&s.accepted, s, |s| {
-                let st = s.lock();
-                !st.ready.is_empty() || st.stopped
-            })
-        })
+        (interest == crate::readiness::Interest::Accept).then(|| self.queue.readiness())
     }
 
     /// Takes the next accepted stream, if any. Errors: `closed` once the
     /// host shut down and every stream accepted before was taken.
     pub fn accept(&self) -> Result<Option<MessageStream>, ErrorCode> {
-        let mut st = self.shared.lock();
-        let stream = st.ready.pop_front();
-        let stopped = st.stopped;
-        drop(st);
-        match stream {
-            Some(s) => {
-                self.shared.room.wake();
-                Ok(Some(s))
-            }
-            None if stopped => Err(ErrorCode::Closed),
-            None => Ok(None),
-        }
-    }
-}
-
-struct AcceptReady(Arc<ListenerShared>);
-
-#[async_trait::async_trait]
-impl Pollable for AcceptReady {
-    async fn ready(&mut self) {
-        let shared = &self.0;
-        shared
-            .accepted
-            .wait_until(|| {
-                let st = shared.lock();
-                !st.ready.is_empty() || st.stopped || st.closed
-            })
-            .await;
+        self.queue.take()
     }
 }
 
@@ -1548,8 +1496,8 @@ impl wit::HostListener for TetherCtxView<'_> {
     }
 
     fn subscribe(&mut self, this: Resource<Listener>) -> wasmtime::Result<Resource<DynPollable>> {
-        let shared = self.table.get(&this)?.shared.clone();
-        pollable(self.table, AcceptReady(shared))
+        let ready = self.table.get(&this)?.queue.pollable();
+        pollable(self.table, ready)
     }
 
     fn drop(&mut self, this: Resource<Listener>) -> wasmtime::Result<()> {

@@ -117,6 +117,7 @@ fn cycles_leave_no_fds_tasks_buffers_or_memory_behind() {
         limits: Limits {
             // Abandoned handshakes and unanswered closes end quickly.
             handshake_timeout: Duration::from_millis(500),
+            linger_timeout: Duration::from_millis(500),
             ..Limits::default()
         },
         ..Config::default()

@@ -22,6 +22,10 @@
 //!                                      its input pollable; count reads that returned 0 bytes
 //! probe tcp-stuck HOST:PORT TOTAL      write (within check-write) to a peer that never reads
 //!                                      until check-write stays 0 for 300 ms or TOTAL bytes went
+//! probe ws-stuck URL drop|close        send to a peer that never reads until `send` stays
+//!                                      would-block for 300 ms; then drop the stream, or close
+//!                                      it and receive until it ends (print how long it took
+//!                                      and the close code)
 //! probe tcp-backlog ADDR WAIT_MS N     listen, accept nothing for WAIT_MS, then accept N
 //! probe ws-backlog ADDR WAIT_MS N      the same with a WebSocket listener
 //! probe fail-holding URL exit|trap|memory   connect, then fail that way holding the stream
@@ -59,6 +63,7 @@ fn main() -> ExitCode {
         "alloc" => alloc(num(2)),
         "tcp-wakeups" => tcp_wakeups(arg(2), num(3)),
         "tcp-stuck" => tcp_stuck(arg(2), num(3)),
+        "ws-stuck" => ws_stuck(arg(2), arg(3) == "close"),
         "tcp-backlog" => tcp_backlog(arg(2), num(3) as u64, num(4)),
         "ws-backlog" => ws_backlog(arg(2), num(3) as u64, num(4)),
         "fail-holding" => fail_holding(arg(2), arg(3)),
@@ -320,6 +325,46 @@ fn tcp_stuck(address: &str, total: usize) -> Result<(), ErrorCode> {
         written += n;
     }
     println!("ok never-blocked {written}");
+    Ok(())
+}
+
+fn ws_stuck(url: &str, close: bool) -> Result<(), ErrorCode> {
+    let stream = sdk::connect(url, &[])?;
+    let tx = stream.subscribe_send();
+    let message = Message::Binary(vec![7u8; 16 << 10]);
+    let mut sent = 0usize;
+    loop {
+        match stream.send(&message) {
+            Ok(()) => sent += 16 << 10,
+            Err(ErrorCode::WouldBlock) => {
+                // Stuck once nothing drains for 300 ms.
+                let timer = sdk::monotonic_clock::subscribe_duration(300_000_000);
+                if !sdk::poll(&[&tx, &timer]).contains(&0) {
+                    break;
+                }
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    println!("ok blocked-after={sent}");
+    if close {
+        let t0 = sdk::monotonic_clock::now();
+        stream.close(1000, "bye")?;
+        let rx = stream.subscribe_receive();
+        let end = loop {
+            match sdk::receive_blocking(&stream, &rx) {
+                Ok(Some(_)) => {}
+                Ok(None) => break "closed".to_string(),
+                Err(e) => break sdk::error_kind(&e).to_string(),
+            }
+        };
+        let info = stream.close_info();
+        let ms = (sdk::monotonic_clock::now() - t0) / 1_000_000;
+        println!(
+            "ok ended {end} after-ms={ms} code={:?}",
+            info.map(|i| i.code)
+        );
+    }
     Ok(())
 }
 

@@ -41,6 +41,7 @@ pub fn local_config() -> Config {
         limits: Limits {
             connect_timeout: Duration::from_secs(3),
             handshake_timeout: Duration::from_millis(800),
+            linger_timeout: Duration::from_millis(800),
             ..Limits::default()
         },
         ..Config::default()
@@ -398,4 +399,49 @@ pub fn thread_cpu_time() -> Duration {
 pub fn closed_port() -> u16 {
     let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     l.local_addr().unwrap().port()
+}
+
+/// TCP states (hex, as /proc/net/tcp writes them: 01 ESTABLISHED, 04
+/// FIN_WAIT1, 05 FIN_WAIT2, 06 TIME_WAIT, 08 CLOSE_WAIT, ...) of the sockets
+/// on this machine at either end of the IPv4 connection between `a` and `b`.
+/// Empty once both ends are gone: after a reset (RST), not after an orderly
+/// close, which leaves FIN_WAIT, CLOSE_WAIT or TIME_WAIT rows behind.
+pub fn sockets_between(a: SocketAddr, b: SocketAddr) -> Vec<String> {
+    let hex = |s: SocketAddr| match s {
+        SocketAddr::V4(v4) => format!(
+            "{:08X}:{:04X}",
+            u32::from_le_bytes(v4.ip().octets()),
+            v4.port()
+        ),
+        SocketAddr::V6(_) => panic!("IPv4 only: {s}"),
+    };
+    let (a, b) = (hex(a), hex(b));
+    let table = std::fs::read_to_string("/proc/net/tcp").unwrap();
+    table
+        .lines()
+        .skip(1)
+        .filter_map(|line| {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            let (local, remote) = (*f.get(1)?, *f.get(2)?);
+            ((local == a && remote == b) || (local == b && remote == a))
+                .then(|| f.get(3).map(|s| s.to_string()))
+                .flatten()
+        })
+        .collect()
+}
+
+/// Polls `cond` every 10 ms (yielding to this thread's runtime, where the
+/// host's tasks run) until it holds; returns how long that took, or `None`
+/// when it still did not hold after `limit`.
+pub async fn time_until(limit: Duration, mut cond: impl FnMut() -> bool) -> Option<Duration> {
+    let t0 = std::time::Instant::now();
+    loop {
+        if cond() {
+            return Some(t0.elapsed());
+        }
+        if t0.elapsed() > limit {
+            return None;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
 }

@@ -5,6 +5,7 @@ mod common;
 mod jetsocat;
 mod jmux;
 mod limits;
+mod linger;
 mod metrics;
 mod policy;
 mod quic;

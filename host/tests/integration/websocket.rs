@@ -585,7 +585,10 @@ async fn a_failed_stream_closes_its_socket_at_once() {
     });
     // A long handshake timeout: the linger after a drop must not hold a
     // failed connection open for it.
-    let runner = runner_with(|c| c.limits.handshake_timeout = Duration::from_secs(10));
+    let runner = runner_with(|c| {
+        c.limits.handshake_timeout = Duration::from_secs(10);
+        c.limits.linger_timeout = Duration::from_secs(10);
+    });
     let out = probe(&runner, &["recv-all", &format!("ws://{addr}/")]).await;
     assert!(out.stdout_text().contains("error"), "{}", show(&out));
     let closed = tokio::task::spawn_blocking(move || rx.recv_timeout(Duration::from_secs(10)))

@@ -284,6 +284,7 @@ fn hostile_config() -> tether_host::Config {
     c.limits.max_message_bytes = 1024;
     // Long: a connection that closes fast did not just time out.
     c.limits.handshake_timeout = Duration::from_secs(10);
+    c.limits.linger_timeout = Duration::from_secs(10);
     c
 }
 
