@@ -327,8 +327,13 @@ impl Runner {
             // holds a worker for a tick at a time, and every task queued
             // behind it waits: 13x the others' p99 in `tether bench
             // isolation`.)
-            // Let socket tasks and other guests on this thread run.
-            Ok(UpdateDeadline::Yield(1))
+            // Let socket tasks and other guests on this thread run: tokio's
+            // `yield_now` wakes the guest again only after the I/O driver
+            // has been polled. (A plain yield re-queues it at once; on a
+            // current-thread runtime the driver then runs only every 61
+            // task polls, so the others waited 61 ticks, 600 ms, for
+            // their sockets.)
+            Ok(yield_to_runtime())
         });
         store.set_epoch_deadline(1);
         let computing = store.data().computing.clone();
@@ -359,12 +364,7 @@ impl Runner {
                 stopped = shutdown_deadline(&self.host) => Err(stopped),
             }
         };
-        self.host.metrics.guest_finished(&result);
-        tracing::Instrument::instrument(
-            fail_streams_on_error(&mut store.data_mut().tether, &result),
-            span,
-        )
-        .await;
+        end_run(&self.host, &mut store.data_mut().tether, &result, span).await;
         drop(store);
         drop(running);
         outcome(result, pipes, started)
@@ -496,6 +496,14 @@ impl tokio::io::AsyncWrite for LossyStderr {
     }
 }
 
+/// What a guest's epoch callback returns when it lets the runtime run
+/// other tasks: extend the deadline by one tick after `tokio::task::yield_now`,
+/// which wakes the guest again only after the runtime has polled its I/O
+/// driver, so socket tasks and other guests on the same thread run first.
+pub(crate) fn yield_to_runtime() -> UpdateDeadline {
+    UpdateDeadline::YieldCustom(1, Box::pin(tokio::task::yield_now()))
+}
+
 /// When a run failed (a trap, a runaway, the memory limit, a non-zero
 /// exit), closes the guest's remaining message streams with 1011 naming
 /// the failure, before the store drops them (which closes with 1000).
@@ -513,7 +521,20 @@ pub(crate) async fn shutdown_deadline(host: &HostCtx) -> RunError {
     RunError::ShutdownDeadline(timeout)
 }
 
-pub(crate) async fn fail_streams_on_error(tether: &mut TetherCtx, result: &Result<(), RunError>) {
+/// Ends a guest's run on the host side, for both ABIs: counts its outcome
+/// in the metrics and, when it failed, closes its message streams with
+/// 1011 (within `span`, so the log lines name the guest).
+pub(crate) async fn end_run(
+    host: &HostCtx,
+    tether: &mut TetherCtx,
+    result: &Result<(), RunError>,
+    span: tracing::Span,
+) {
+    host.metrics.guest_finished(result);
+    tracing::Instrument::instrument(fail_streams_on_error(tether, result), span).await;
+}
+
+async fn fail_streams_on_error(tether: &mut TetherCtx, result: &Result<(), RunError>) {
     let reason = match result {
         Ok(()) | Err(RunError::Exit(0)) => return,
         Err(RunError::Exit(_)) => "guest exited with an error",
