@@ -142,3 +142,62 @@ fn missing_benches_are_left_out_and_none_is_an_error() {
     assert!(e.to_string().contains("no bench results"), "{e}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The scale benches (fixtures from full runs on a quiet machine): the
+/// load CDFs against one open, the JMUX load's old loop beside them, and
+/// the isolation ratios per misbehaviour.
+#[test]
+fn the_report_draws_the_scale_benches() {
+    let dir = fixture_copy("scale", &["load.json", "load-jmux.json", "isolation.json"]);
+    let rendered = report::render(&dir).unwrap();
+    let names: Vec<String> = rendered
+        .plots
+        .iter()
+        .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(
+        names,
+        ["load-rtt.svg", "load-jmux-rtt.svg", "isolation.svg"]
+    );
+    let has = |file: &str, series: &[&str]| {
+        let texts = svg_texts(&dir.join(file));
+        for s in series {
+            assert!(
+                texts.iter().any(|t| t == s),
+                "{file}: no series `{s}` among {texts:?}"
+            );
+        }
+    };
+    has(
+        "load-rtt.svg",
+        &[
+            "all connections open",
+            "one connection open",
+            "old loop, all open",
+        ],
+    );
+    has(
+        "load-jmux-rtt.svg",
+        &[
+            "all channels open",
+            "one channel open",
+            "old loop, all open",
+        ],
+    );
+    has(
+        "isolation.svg",
+        &["trap", "spin", "native-spin", "memory", "flood"],
+    );
+    let page = std::fs::read_to_string(&rendered.page).unwrap();
+    for needle in [
+        "id=\"load\"",
+        "id=\"load-jmux\"",
+        "id=\"isolation\"",
+        "with 10k connections open vs one",
+        "the old poll-all loop with 2000 open",
+        "with 1000 channels open vs one",
+    ] {
+        assert!(page.contains(needle), "page lacks `{needle}`");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

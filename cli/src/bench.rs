@@ -127,8 +127,9 @@ pub struct LoadClientArgs {
 
 #[derive(Args)]
 pub struct BenchReportArgs {
-    /// The folder with echo.json, quic.json, jmux.json (any of them) and
-    /// meta.json; report.html and the SVGs are written there.
+    /// The folder with echo.json, quic.json, jmux.json, load.json,
+    /// load-jmux.json, isolation.json (any of them) and meta.json;
+    /// report.html and the SVGs are written there.
     #[arg(long, default_value = "target/bench", value_name = "DIR")]
     pub dir: PathBuf,
 }
