@@ -30,10 +30,10 @@ fn cycles_leave_no_fds_tasks_buffers_table_entries_or_memory_behind() {
         .unwrap();
     let progress = Progress::new("soak", opts.cycles as u64);
     let report = rt
-        .block_on(tokio::time::timeout(
-            std::time::Duration::from_secs(300),
-            soak::run(&opts, &progress),
-        ))
+        .block_on(async {
+            let limit = std::time::Duration::from_secs(300);
+            tokio::time::timeout(limit, soak::run(&opts, &progress)).await
+        })
         .expect("the soak took over 300 s")
         .expect("the soak ran");
     eprintln!("{}", report.table());
