@@ -269,7 +269,9 @@ pub fn ensure_nofile(connections: usize) -> anyhow::Result<u64> {
 }
 
 /// This process's resident set, KiB, from `/proc/self/status`.
-fn rss_kib() -> anyhow::Result<u64> {
+///
+/// Errors: `/proc/self/status` unreadable or without `VmRSS`.
+pub fn rss_kib() -> anyhow::Result<u64> {
     let status = std::fs::read_to_string("/proc/self/status")?;
     status
         .lines()
@@ -280,7 +282,9 @@ fn rss_kib() -> anyhow::Result<u64> {
 }
 
 /// This process's open descriptors, from `/proc/self/fd`.
-fn fd_count() -> anyhow::Result<u64> {
+///
+/// Errors: `/proc/self/fd` unreadable.
+pub fn fd_count() -> anyhow::Result<u64> {
     Ok(std::fs::read_dir("/proc/self/fd")?.count() as u64)
 }
 

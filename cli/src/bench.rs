@@ -1,4 +1,4 @@
-//! `tether bench echo|quic|jmux|load|all|report`: guest against native code in
+//! `tether bench echo|quic|jmux|load|isolation|soak|all|report`: guest against native code in
 //! one run; `all` runs every bench and writes `target/bench/report.html`.
 
 use std::path::PathBuf;
@@ -36,6 +36,11 @@ pub enum BenchCommand {
     /// exhausts its memory or floods its outbound buffer while the others
     /// serve round trips: their p99 against a well-behaved baseline.
     Isolation(BenchIsolationArgs),
+    /// 100,000 connect / echo / close cycles (WebSocket and TCP; clean
+    /// closes, resets, guest drops, abandoned handshakes) through one echo
+    /// guest: descriptors, tasks, buffered bytes, the guest's resource
+    /// table and RSS must come back. Exits non-zero naming a failed check.
+    Soak(BenchSoakArgs),
     /// The load client of `bench load` (started by it, in its own process).
     #[command(hide = true)]
     LoadClient(LoadClientArgs),
@@ -86,6 +91,19 @@ pub struct BenchLoadArgs {
     /// channel cap) [default: 1000, 200 with --quick].
     #[arg(long, requires = "jmux", value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(101..=1024))]
     pub channels: Option<usize>,
+}
+
+#[derive(Args)]
+pub struct BenchSoakArgs {
+    /// Print one JSON object instead of the table.
+    #[arg(long)]
+    pub json: bool,
+    /// A short run (CI): 5,000 cycles.
+    #[arg(long)]
+    pub quick: bool,
+    /// Cycles to run (10 or more) [default: 100000, 5000 with --quick].
+    #[arg(long, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(10..))]
+    pub cycles: Option<usize>,
 }
 
 #[derive(Args)]
@@ -303,6 +321,20 @@ pub async fn bench(command: BenchCommand) -> anyhow::Result<ExitCode> {
             }
             Ok(ExitCode::SUCCESS)
         }
+        BenchCommand::Soak(args) => {
+            let report = run_soak(args.quick, args.cycles).await?;
+            if args.json {
+                outln!("{}", serde_json::to_string(&report)?);
+            } else {
+                outln!(
+                    "tether bench soak: WebSocket and TCP connect / echo / close cycles through one echo guest, {} in flight\n",
+                    tether_bench::soak::CONCURRENCY
+                );
+                outln!("{}", report.table());
+            }
+            report.check()?;
+            Ok(ExitCode::SUCCESS)
+        }
         BenchCommand::LoadClient(args) => {
             tether_bench::load::client(&tether_bench::load::ClientArgs {
                 url: args.url,
@@ -372,10 +404,15 @@ async fn all(args: BenchAllArgs) -> anyhow::Result<ExitCode> {
     meta.commands
         .push(format!("tether bench isolation --json{quick}"));
     report::write_json(dir, "isolation", &isolation)?;
+    let soak = run_soak(args.quick, None).await?;
+    meta.commands
+        .push(format!("tether bench soak --json{quick}"));
+    report::write_json(dir, "soak", &soak)?;
     report::write_json(dir, "meta", &meta)?;
     let rendered = report::render(dir)?;
     outln!("{}", rendered.page.display());
     tether_bench::quic::check_guard(&quic)?;
+    soak.check()?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -447,6 +484,22 @@ async fn run_load(
     let client = std::env::current_exe().context("the path of this tether binary")?;
     let progress = Progress::new("bench load", 0);
     let report = load::run(&opts, &client, &|phase| progress.phase(phase)).await;
+    progress.finish();
+    report
+}
+
+async fn run_soak(
+    quick: bool,
+    cycles: Option<usize>,
+) -> anyhow::Result<tether_bench::soak::Report> {
+    use tether_bench::soak;
+    let opts = if quick {
+        soak::Options::quick(cycles)
+    } else {
+        soak::Options::full(cycles)
+    };
+    let progress = Progress::new("bench soak", opts.cycles as u64);
+    let report = soak::run(&opts, &progress).await;
     progress.finish();
     report
 }
