@@ -81,11 +81,16 @@ pub struct BenchLoadArgs {
     /// it) [default: 2000, or --connections if fewer].
     #[arg(long)]
     pub poll_all_connections: Option<usize>,
+    /// TCP byte streams for the run over TCP (the echo guest's `--tcp`
+    /// listener, readiness-set loop; 0: skip it) [default: --connections,
+    /// 500 at most with --quick].
+    #[arg(long)]
+    pub tcp_connections: Option<usize>,
     /// The JMUX variant instead: channels open through a two-guest JMUX
     /// tunnel (TCP clients -> tcp-listen guest == ws pipe == guest -> TCP
     /// echo), both guests' readiness-set loop and then their old poll-all
     /// loop, in this process.
-    #[arg(long, conflicts_with_all = ["connections", "poll_all_connections"])]
+    #[arg(long, conflicts_with_all = ["connections", "poll_all_connections", "tcp_connections"])]
     pub jmux: bool,
     /// With --jmux: channels to hold open (101 to 1024, the session's
     /// channel cap) [default: 1000, 200 with --quick].
@@ -285,12 +290,12 @@ pub async fn bench(command: BenchCommand) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         BenchCommand::Load(args) => {
-            let report = run_load(args.quick, args.connections, args.poll_all_connections).await?;
+            let report = run_load(&args).await?;
             if args.json {
                 outln!("{}", serde_json::to_string(&report)?);
             } else {
                 outln!(
-                    "tether bench load: {} WebSocket connections held by the echo guest's server, a load client in its own process ({} B round trips)\n",
+                    "tether bench load: {} WebSocket connections (and TCP byte streams) held by the echo guest's server, a load client in its own process ({} B round trips)\n",
                     report.connections,
                     tether_bench::load::MESSAGE_BYTES
                 );
@@ -387,7 +392,16 @@ async fn all(args: BenchAllArgs) -> anyhow::Result<ExitCode> {
         "tether bench jmux --json --vs jetsocat{jetsocat_arg}{quick}"
     ));
     report::write_json(dir, "jmux", &jmux)?;
-    let load = run_load(args.quick, None, None).await?;
+    let load = run_load(&BenchLoadArgs {
+        json: true,
+        quick: args.quick,
+        connections: None,
+        poll_all_connections: None,
+        tcp_connections: None,
+        jmux: false,
+        channels: None,
+    })
+    .await?;
     meta.commands
         .push(format!("tether bench load --json{quick}"));
     report::write_json(dir, "load", &load)?;
@@ -467,19 +481,18 @@ async fn run_isolation(
     report
 }
 
-async fn run_load(
-    quick: bool,
-    connections: Option<usize>,
-    poll_all: Option<usize>,
-) -> anyhow::Result<tether_bench::load::Report> {
+async fn run_load(args: &BenchLoadArgs) -> anyhow::Result<tether_bench::load::Report> {
     use tether_bench::load;
-    let mut opts = if quick {
-        load::Options::quick(connections)
+    let mut opts = if args.quick {
+        load::Options::quick(args.connections)
     } else {
-        load::Options::full(connections.unwrap_or(10_000))
+        load::Options::full(args.connections.unwrap_or(10_000))
     };
-    if let Some(n) = poll_all {
+    if let Some(n) = args.poll_all_connections {
         opts.poll_all_connections = n;
+    }
+    if let Some(n) = args.tcp_connections {
+        opts.tcp_connections = n;
     }
     let client = std::env::current_exe().context("the path of this tether binary")?;
     let progress = Progress::new("bench load", 0);
