@@ -171,37 +171,28 @@ impl Slot {
         }
     }
 
-    /// Registers `interest` (`Receive` or `Send`) under `key`, as the
+    /// The interest of waiting to receive (`receive`) or to send, as the
     /// stream's kind names it.
-    fn register(&self, set: &ReadinessSet, receive: bool, key: u64) -> Result<(), ErrorCode> {
-        match self {
-            Slot::Ws(c) => {
-                let on = if receive {
-                    Interest::Receive
-                } else {
-                    Interest::Send
-                };
-                set.register_message_stream(&c.stream, on, key)
-            }
-            Slot::Tcp(c) => {
-                let on = if receive {
-                    Interest::Read
-                } else {
-                    Interest::Write
-                };
-                set.register_byte_stream(&c.conn.stream, on, key)
-            }
-        }
-    }
-
-    fn deregister(&self, set: &ReadinessSet, receive: bool, key: u64) {
-        let off = match (self, receive) {
+    fn interest(&self, receive: bool) -> Interest {
+        match (self, receive) {
             (Slot::Ws(_), true) => Interest::Receive,
             (Slot::Ws(_), false) => Interest::Send,
             (Slot::Tcp(_), true) => Interest::Read,
             (Slot::Tcp(_), false) => Interest::Write,
-        };
-        set.deregister(key, off);
+        }
+    }
+
+    /// Registers the stream under `key`, waiting to receive or to send.
+    fn register(&self, set: &ReadinessSet, receive: bool, key: u64) -> Result<(), ErrorCode> {
+        let on = self.interest(receive);
+        match self {
+            Slot::Ws(c) => set.register_message_stream(&c.stream, on, key),
+            Slot::Tcp(c) => set.register_byte_stream(&c.conn.stream, on, key),
+        }
+    }
+
+    fn deregister(&self, set: &ReadinessSet, receive: bool, key: u64) {
+        set.deregister(key, self.interest(receive));
     }
 }
 
