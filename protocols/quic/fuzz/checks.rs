@@ -14,6 +14,9 @@
 //! machine and the TLS handshake (a real ClientHello, captured once, can
 //! lead them).
 
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::rc::Rc;
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -84,11 +87,28 @@ fn shared() -> &'static Shared {
 
 /// Initial keys for a connection whose client chose `dcid`, server side:
 /// `local` protects what the server sends, `remote` what the client sends.
-fn initial_keys(server: &ServerConfig, dcid: &[u8]) -> Keys {
-    server
-        .crypto
-        .initial_keys(V1, &ConnectionId::new(dcid))
-        .expect("version 1")
+/// They depend on `dcid` alone (RFC 9001 section 5.2), so the last 64 are
+/// kept: deriving them (HKDF) is a large share of a run otherwise.
+fn initial_keys(server: &ServerConfig, dcid: &[u8]) -> Rc<Keys> {
+    thread_local! {
+        static CACHE: RefCell<HashMap<Vec<u8>, Rc<Keys>>> = RefCell::new(HashMap::new());
+    }
+    CACHE.with_borrow_mut(|cache| {
+        if let Some(keys) = cache.get(dcid) {
+            return keys.clone();
+        }
+        if cache.len() >= 64 {
+            cache.clear();
+        }
+        let keys = Rc::new(
+            server
+                .crypto
+                .initial_keys(V1, &ConnectionId::new(dcid))
+                .expect("version 1"),
+        );
+        cache.insert(dcid.to_vec(), keys.clone());
+        keys
+    })
 }
 
 /// The fields of a long header (RFC 9000 section 17.2) this check needs.
@@ -156,8 +176,14 @@ fn open_initial(keys: &Keys, d: &[u8], h: &LongHeader) -> Option<Vec<u8>> {
     Some(payload.to_vec())
 }
 
-/// Builds a protected Initial packet carrying `frames`, padded to at least
-/// `min_size` bytes, sealed with `from_client`'s side of `keys`.
+/// Builds a datagram of at least `min_size` bytes holding one protected
+/// Initial packet that carries `frames`, sealed with `from_client`'s side
+/// of `keys`. The datagram is filled up to `min_size` with zero bytes
+/// after the packet, not with PADDING frames inside it: RFC 9000 section
+/// 14.1 allows either, and a receiver discards the trailing bytes as one
+/// undecodable coalesced packet (section 12.2) at once, where ~1,100
+/// PADDING frames cost the frame parser as much as the rest of a run.
+/// Real PADDING still reaches the server in the real client's datagrams.
 fn seal_initial(
     keys: &Keys,
     from_client: bool,
@@ -181,14 +207,9 @@ fn seal_initial(
     header.push(scid.len() as u8);
     header.extend_from_slice(scid);
     header.push(0); // no token
-    let fixed = header.len() + 2 + pn_len + tag;
     // The sample for header protection needs 4 + 16 bytes after the
     // packet number start, and the Length field is 2 bytes here (< 16384).
-    let body_len = frames
-        .len()
-        .max(min_size.saturating_sub(fixed))
-        .max(20)
-        .min(16383 - pn_len - tag);
+    let body_len = frames.len().max(20).min(16383 - pn_len - tag);
     let mut body = frames[..frames.len().min(body_len)].to_vec();
     body.resize(body_len, 0); // PADDING frames
     let length = (pn_len + body_len + tag) as u16;
@@ -201,6 +222,9 @@ fn seal_initial(
     packet.resize(packet.len() + tag, 0);
     packet_key.encrypt(u64::from(pn), &mut packet, header_len);
     header_key.encrypt(pn_offset, &mut packet);
+    if packet.len() < min_size {
+        packet.resize(min_size, 0);
+    }
     packet
 }
 
