@@ -1608,7 +1608,10 @@ fn proxy_handshakes_past_the_cap_are_refused_at_once_and_the_loop_goes_on() {
         // The early client, within the cap, is served.
         let (code, took) = good_socks5(early, target).await;
         assert_eq!(code, 0, "SOCKS5 reply to the early client");
-        assert!(took < Duration::from_secs(1), "the early client took {took:?}");
+        assert!(
+            took < Duration::from_secs(1),
+            "the early client took {took:?}"
+        );
         assert!(early_at.elapsed() < DEADLINE, "the test was too slow");
         closed_at_the_deadline(held, DEADLINE).await;
         // Slots free again: a new client is served.
