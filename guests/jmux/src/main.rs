@@ -21,10 +21,18 @@
 //! a wake-up costs O(ready entries + messages handled), not O(open
 //! channels). The sleep is one `wasi:io/poll` over the set's pollable, a
 //! monotonic-clock pollable only when the session has a deadline (the
-//! sender's 50 us drain spacing or 1 ms backstop) and the pollables of
+//! sender's 50 us drain spacing or 1 ms backstop) or a proxy handshake is
+//! in progress (its deadline), and the pollables of
 //! target connects still in progress (a `future-byte-stream` has no
 //! readiness-set registration; each is in the list only until it
 //! resolves). No periodic tick.
+//!
+//! The SOCKS5 and HTTP proxy handshakes are bounded in time and number
+//! (`tether_jmux::proxy::cli::HandshakeLimits`): each has a deadline, kept
+//! in a queue in start order (one timeout for all, so the earliest is at
+//! the front) whose head joins the session's deadline for the loop's one
+//! clock pollable; past the bound on handshakes in progress a new client
+//! is accepted and closed at once.
 //!
 //! `--poll-all` (a guest option, anywhere among the arguments) keeps the
 //! old loop for comparison (`tether bench load --jmux`): every pollable in
@@ -32,6 +40,7 @@
 
 mod pipe;
 
+use std::collections::VecDeque;
 use std::process::ExitCode;
 use std::time::Instant;
 
@@ -39,7 +48,7 @@ use tether_guest_sdk::{
     self as sdk, ErrorCode, InputStream, Interest, OutputStream, Pollable, ReadinessSet,
     StreamError, monotonic_clock, tcp,
 };
-use tether_jmux::proxy::cli::{self, ListenerSpec, ProxyArgs};
+use tether_jmux::proxy::cli::{self, HandshakeLimits, ListenerSpec, ProxyArgs};
 use tether_jmux::proxy::rules::TargetFilter;
 use tether_jmux::proxy::{http, socks5};
 use tether_jmux::{
@@ -137,6 +146,10 @@ fn run(args: ProxyArgs, poll_all: bool) -> Result<(), String> {
         handshakes: Vec::new(),
         free_handshakes: Vec::new(),
         ready_handshakes: Vec::new(),
+        handshake_limits: args.handshakes,
+        handshake_deadlines: VecDeque::new(),
+        live_handshakes: 0,
+        handshakes_cut: [0, 0],
         connects: Vec::new(),
         chans: Vec::new(),
         dirty: Vec::new(),
@@ -216,11 +229,24 @@ struct Handshake {
     kind: HandshakeKind,
     /// Bytes may be waiting (and the slot is on the ready list).
     readable: bool,
+    /// When the handshake is cut ([`HandshakeLimits::timeout`] after
+    /// accept).
+    deadline: Instant,
 }
 
 enum HandshakeKind {
     Socks(socks5::Socks5Handshake),
     Http(Vec<u8>),
+}
+
+/// Why a proxy handshake is cut short (an index into
+/// [`Proxy::handshakes_cut`]).
+#[derive(Clone, Copy)]
+enum Cut {
+    /// Its deadline passed.
+    Timeout = 0,
+    /// Past the bound on handshakes in progress, at accept.
+    Busy = 1,
 }
 
 /// What the client must hear once its channel opens.
@@ -377,6 +403,18 @@ struct Proxy {
     free_handshakes: Vec<usize>,
     /// Slots with bytes to read.
     ready_handshakes: Vec<usize>,
+    /// `--proxy-handshake-timeout-ms`, `--max-proxy-handshakes`.
+    handshake_limits: HandshakeLimits,
+    /// (deadline, slot) of the handshakes started, oldest first: one
+    /// timeout for all, so the earliest deadline is at the front. Entries of
+    /// handshakes that ended stay until they reach the front (their slot is
+    /// empty or holds a later handshake) or the queue is compacted.
+    handshake_deadlines: VecDeque<(Instant, usize)>,
+    /// Handshakes in progress (live slots).
+    live_handshakes: usize,
+    /// Clients cut at their deadline, and refused past the bound (logged at
+    /// powers of two, so a flood cannot flood the log).
+    handshakes_cut: [u64; 2],
     connects: Vec<Connecting>,
     /// Indexed by channel id.
     chans: Vec<Option<Chan>>,
@@ -649,6 +687,7 @@ impl Proxy {
                 return Ok(());
             }
             self.process_events();
+            self.expire_handshakes(now);
             self.accept(now);
             self.progress_handshakes(now);
             self.progress_connects();
@@ -671,7 +710,7 @@ impl Proxy {
             if busy {
                 continue;
             }
-            // Sleep until I/O or the session's deadline.
+            // Sleep until I/O, the session's deadline or a handshake's.
             let deadline = self.session.next_deadline();
             if let Some(d) = deadline {
                 if d <= Instant::now() {
@@ -691,6 +730,10 @@ impl Proxy {
                     }
                     continue;
                 }
+            }
+            // A handshake deadline already past fires the timer at once;
+            // the next turn closes it.
+            if let Some(d) = deadline.into_iter().chain(self.handshake_deadline()).min() {
                 if self.timer.as_ref().is_none_or(|(at, _)| *at != d) {
                     let wait = d.saturating_duration_since(Instant::now());
                     let at = monotonic_clock::now().saturating_add(wait.as_nanos() as u64);
@@ -932,7 +975,11 @@ impl Proxy {
                     }
                     ListenerSpec::Http { .. } => HandshakeKind::Http(Vec::new()),
                 };
-                self.start_handshake(conn, kind);
+                if self.live_handshakes >= self.handshake_limits.max_in_progress {
+                    self.cut_handshake(conn, &kind, Cut::Busy);
+                    continue;
+                }
+                self.start_handshake(conn, kind, now);
             }
         }
     }
@@ -963,9 +1010,74 @@ impl Proxy {
         }
     }
 
+    /// Closes a proxy client whose handshake is cut short: at its deadline
+    /// (an HTTP client hears `408`) or, past the bound on handshakes in
+    /// progress, at accept (an HTTP client hears `503`); a SOCKS5 client
+    /// hears nothing (RFC 1928 has no reply for either before the
+    /// request). The connection is dropped here.
+    fn cut_handshake(&mut self, conn: Conn, kind: &HandshakeKind, why: Cut) {
+        if let HandshakeKind::Http(_) = kind {
+            conn.write_some(&match why {
+                Cut::Timeout => http::timeout_response(),
+                Cut::Busy => http::busy_response(),
+            });
+        }
+        let _ = conn.stream.shutdown_send();
+        let count = &mut self.handshakes_cut[why as usize];
+        *count += 1;
+        if count.is_power_of_two() {
+            let limits = &self.handshake_limits;
+            match why {
+                Cut::Timeout => eprintln!(
+                    "jmux: {count} proxy client(s) closed so far: handshake not done within {} ms (--proxy-handshake-timeout-ms)",
+                    limits.timeout.as_millis()
+                ),
+                Cut::Busy => eprintln!(
+                    "jmux: {count} proxy client(s) refused so far: {} handshakes in progress (--max-proxy-handshakes)",
+                    limits.max_in_progress
+                ),
+            }
+        }
+    }
+
+    /// Closes the handshakes whose deadline has passed, and drops the
+    /// queue entries of handshakes that ended: O(1) when none is due
+    /// (amortised: each entry is pushed and popped once; compaction runs
+    /// when stale entries outnumber live ones).
+    fn expire_handshakes(&mut self, now: Instant) {
+        while let Some(&(deadline, slot)) = self.handshake_deadlines.front() {
+            let live = self.handshakes[slot]
+                .as_ref()
+                .is_some_and(|h| h.deadline == deadline);
+            if live && deadline > now {
+                break;
+            }
+            self.handshake_deadlines.pop_front();
+            if live {
+                let h = self.end_handshake(slot);
+                self.cut_handshake(h.conn, &h.kind, Cut::Timeout);
+            }
+        }
+        if self.handshake_deadlines.len() > 2 * self.live_handshakes + 64 {
+            let handshakes = &self.handshakes;
+            self.handshake_deadlines.retain(|&(deadline, slot)| {
+                handshakes[slot]
+                    .as_ref()
+                    .is_some_and(|h| h.deadline == deadline)
+            });
+        }
+    }
+
+    /// The earliest handshake deadline (after [`Proxy::expire_handshakes`]:
+    /// of a live handshake).
+    fn handshake_deadline(&self) -> Option<Instant> {
+        self.handshake_deadlines.front().map(|&(d, _)| d)
+    }
+
     /// Puts a client connection in a handshake slot, registered for
-    /// `read`, and on the ready list (bytes may be there already).
-    fn start_handshake(&mut self, conn: Conn, kind: HandshakeKind) {
+    /// `read`, and on the ready list (bytes may be there already), with
+    /// its deadline.
+    fn start_handshake(&mut self, conn: Conn, kind: HandshakeKind, now: Instant) {
         let slot = self.free_handshakes.pop().unwrap_or(self.handshakes.len());
         if !self.poll_all
             && let Err(e) = self.set.register_byte_stream(
@@ -981,11 +1093,15 @@ impl Proxy {
             let _ = conn.stream.shutdown_send();
             return;
         }
+        let deadline = now + self.handshake_limits.timeout;
         let h = Handshake {
             conn,
             kind,
             readable: true,
+            deadline,
         };
+        self.live_handshakes += 1;
+        self.handshake_deadlines.push_back((deadline, slot));
         if slot == self.handshakes.len() {
             self.handshakes.push(Some(h));
         } else {
@@ -999,6 +1115,7 @@ impl Proxy {
     fn end_handshake(&mut self, slot: usize) -> Handshake {
         let h = self.handshakes[slot].take().expect("a live handshake slot");
         self.free_handshakes.push(slot);
+        self.live_handshakes -= 1;
         if !self.poll_all {
             self.set
                 .deregister(KEY_HANDSHAKE | slot as u64, Interest::Read);

@@ -21,12 +21,16 @@
 //!   `--window BYTES` ([`Config::initial_window`], default 1048576),
 //!   `--receive-budget BYTES` ([`Config::receive_budget`], default
 //!   67108864).
+//! - Listener limits (Tether's own; jetsocat has neither, see
+//!   [`HandshakeLimits`]): `--proxy-handshake-timeout-ms MS` (default
+//!   10000) and `--max-proxy-handshakes N` (default 256).
 //!
 //! `BIND` is `ip:port` (port 0 for an ephemeral port).
 //!
 //! Source: JMUX spec, "How people run it (jetsocat)".
 
 use std::net::SocketAddr;
+use std::time::Duration;
 
 use super::rules::{AllowRule, RuleError, TargetFilter};
 use crate::codec::Destination;
@@ -41,6 +45,8 @@ pub const USAGE: &str = "usage: jmux-proxy <PIPE> [<LISTENER>...] [--allow-all |
   --max-channels N         channels in use at once, both directions (default 1024)
   --window BYTES           receive window per channel (default 1048576)
   --receive-budget BYTES   receive windows plus buffered input over all channels (default 67108864)
+  --proxy-handshake-timeout-ms MS  time a SOCKS5/HTTP proxy client has for its handshake (default 10000)
+  --max-proxy-handshakes N         SOCKS5/HTTP proxy handshakes in progress at once (default 256)
   BIND is ip:port (port 0: ephemeral)";
 
 /// The byte pipe that carries the JMUX session.
@@ -89,6 +95,38 @@ impl ListenerSpec {
     }
 }
 
+/// Bounds on the SOCKS5 and HTTP proxy handshakes of the listeners
+/// (`socks5-listen://`, `http-listen://`): a client accepted there holds a
+/// socket until its request is complete, so both its time and their
+/// number are bounded. (`tcp-listen://` clients have no handshake: each
+/// is a channel at once, bounded by [`Config::max_channels`].)
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HandshakeLimits {
+    /// How long a client has, from accept, to send its whole SOCKS5
+    /// request or HTTP request head; then the connection is closed (an
+    /// HTTP client gets `408 Request Timeout`, a SOCKS5 client no reply:
+    /// RFC 1928 has none for it). Counts the whole handshake, not the
+    /// gaps between bytes. `--proxy-handshake-timeout-ms`; default 10 s
+    /// (the host's WebSocket `handshake_timeout`).
+    pub timeout: Duration,
+    /// Handshakes in progress at once, over all listeners. Past it a new
+    /// client is accepted and closed at once (an HTTP client gets `503
+    /// Service Unavailable`, a SOCKS5 client no reply: RFC 1928's first
+    /// answer is the method selection, which has no busy code), so the
+    /// accept loop never stops and the sockets held stay bounded.
+    /// `--max-proxy-handshakes`; default 256.
+    pub max_in_progress: usize,
+}
+
+impl Default for HandshakeLimits {
+    fn default() -> Self {
+        HandshakeLimits {
+            timeout: Duration::from_secs(10),
+            max_in_progress: 256,
+        }
+    }
+}
+
 /// A parsed `jmux-proxy` command line.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ProxyArgs {
@@ -102,6 +140,9 @@ pub struct ProxyArgs {
     /// `--window` and `--receive-budget` applied (checked by
     /// [`crate::Session::new`]).
     pub session: Config,
+    /// The listeners' handshake bounds: the defaults, with
+    /// `--proxy-handshake-timeout-ms` and `--max-proxy-handshakes` applied.
+    pub handshakes: HandshakeLimits,
 }
 
 /// A command line that cannot be used.
@@ -206,20 +247,36 @@ pub fn parse_args<S: AsRef<str>>(args: &[S]) -> Result<ProxyArgs, CliError> {
     let mut allow_all = false;
     let mut rules: Vec<AllowRule> = Vec::new();
     let mut session = Config::default();
+    let mut handshakes = HandshakeLimits::default();
     while let Some(arg) = args.next() {
         let (name, inline) = match arg.split_once('=') {
             Some((n, v)) if n.starts_with("--") => (n, Some(v)),
             _ => (arg, None),
         };
-        if matches!(name, "--max-channels" | "--window" | "--receive-budget") {
+        if matches!(
+            name,
+            "--max-channels"
+                | "--window"
+                | "--receive-budget"
+                | "--proxy-handshake-timeout-ms"
+                | "--max-proxy-handshakes"
+        ) {
             let value = inline
                 .or_else(|| args.next())
                 .ok_or_else(|| CliError::BadOption(format!("{name} needs a number")))?;
             let bad = || CliError::BadOption(format!("{name} {value}: not a number in range"));
+            let positive = |v: &str| v.parse::<u64>().ok().filter(|&n| n > 0).ok_or_else(bad);
             match name {
                 "--max-channels" => session.max_channels = value.parse().map_err(|_| bad())?,
                 "--window" => session.initial_window = value.parse().map_err(|_| bad())?,
-                _ => session.receive_budget = value.parse().map_err(|_| bad())?,
+                "--receive-budget" => session.receive_budget = value.parse().map_err(|_| bad())?,
+                "--proxy-handshake-timeout-ms" => {
+                    handshakes.timeout = Duration::from_millis(positive(value)?);
+                }
+                _ => {
+                    handshakes.max_in_progress =
+                        usize::try_from(positive(value)?).map_err(|_| bad())?;
+                }
             }
         } else if arg == "--allow-all" {
             allow_all = true;
@@ -251,6 +308,7 @@ pub fn parse_args<S: AsRef<str>>(args: &[S]) -> Result<ProxyArgs, CliError> {
             .collect::<Result<_, _>>()?,
         filter,
         session,
+        handshakes,
     })
 }
 
@@ -363,5 +421,33 @@ mod tests {
         );
         let d = parse_args(&["ws-listen://127.0.0.1:0"]).unwrap();
         assert_eq!(d.session, Config::default());
+    }
+
+    #[test]
+    fn handshake_limits() {
+        let a = parse_args(&[
+            "ws://x/",
+            "socks5-listen://127.0.0.1:0",
+            "--proxy-handshake-timeout-ms=1500",
+            "--max-proxy-handshakes",
+            "32",
+        ])
+        .unwrap();
+        assert_eq!(
+            a.handshakes,
+            HandshakeLimits {
+                timeout: Duration::from_millis(1500),
+                max_in_progress: 32
+            }
+        );
+        let d = parse_args(&["ws://x/"]).unwrap();
+        assert_eq!(d.handshakes.timeout, Duration::from_secs(10));
+        assert_eq!(d.handshakes.max_in_progress, 256);
+        for bad in ["0", "-1", "x"] {
+            for name in ["--proxy-handshake-timeout-ms", "--max-proxy-handshakes"] {
+                let e = parse_args(&["ws://x/", name, bad]).unwrap_err();
+                assert!(e.to_string().contains(&format!("{name} {bad}")), "{e}");
+            }
+        }
     }
 }

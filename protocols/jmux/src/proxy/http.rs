@@ -106,6 +106,26 @@ fn response(status: &str, body: &str) -> Vec<u8> {
     .into_bytes()
 }
 
+/// The answer to a client whose request head did not arrive within the
+/// listener's handshake timeout: `408 Request Timeout` (RFC 9110 section
+/// 15.5.9), then close.
+pub fn timeout_response() -> Vec<u8> {
+    response(
+        "408 Request Timeout",
+        "the request head did not arrive in time",
+    )
+}
+
+/// The answer to a client accepted while the listeners already run their
+/// maximum of handshakes: `503 Service Unavailable` (RFC 9110 section
+/// 15.6.4), then close.
+pub fn busy_response() -> Vec<u8> {
+    response(
+        "503 Service Unavailable",
+        "too many proxy handshakes in progress",
+    )
+}
+
 /// The response for a channel that could not be opened: 403 for reason 2
 /// (not allowed by rule set), 504 for reason 6 (timeout), 502 otherwise;
 /// the body names the reason and the peer's description.
@@ -418,5 +438,7 @@ mod tests {
         let r = failure_response(ReasonCode::NotAllowedByRuleSet, "denied: x:1");
         assert!(r.starts_with(b"HTTP/1.1 403 "));
         assert!(failure_response(ReasonCode::ConnectionRefused, "").starts_with(b"HTTP/1.1 502 "));
+        assert!(timeout_response().starts_with(b"HTTP/1.1 408 "));
+        assert!(busy_response().starts_with(b"HTTP/1.1 503 "));
     }
 }
