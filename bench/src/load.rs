@@ -179,7 +179,7 @@ impl Report {
         }
         side_by_side(
             &rows,
-            (34, 22),
+            (34, 33),
             &|r| format!("{} {} ({})", r.streams, r.guest_loop, r.connections),
             &[
                 ("connects/s at 100 open", &|r| {
