@@ -46,6 +46,8 @@ use crate::metrics::{Direction, HandshakeFailure, Interface};
 use crate::ready::{Pending, Signal, pollable};
 use crate::{HostCtx, TetherCtxView, net};
 
+mod upgrade;
+
 /// Sends written straight to the socket between two guest yields; later
 /// sends of the same burst queue up and go out in one flush. Two covers a
 /// request that is two small writes (the Nagle case) without costing a
@@ -1241,6 +1243,14 @@ async fn accept_one(
                 return;
             }
         };
+    if let Err(refusal) = upgrade::check(&head) {
+        // A response this short fits the fresh socket's send buffer.
+        let _ = tcp.try_write(&refusal.response());
+        ctx.metrics
+            .handshake_failed(Direction::Inbound, HandshakeFailure::BadRequest);
+        tracing::info!(%peer, "refused WebSocket upgrade: {}", refusal.reason());
+        return;
+    }
     queue.reserve().await;
     let chosen = Arc::new(Mutex::new((String::new(), None::<String>)));
     let out = chosen.clone();

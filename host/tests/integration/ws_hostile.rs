@@ -623,6 +623,126 @@ async fn handshakes_past_the_bound_are_refused_at_once() {
     .expect("test deadline");
 }
 
+/// Sends `request` on a fresh connection to `addr` and reads the answer
+/// until the host closes (at most 5 s).
+async fn answer_to(addr: SocketAddr, request: &[u8]) -> String {
+    let mut tcp = TcpStream::connect(addr).await.unwrap();
+    tcp.write_all(request).await.unwrap();
+    let mut answer = Vec::new();
+    tokio::time::timeout(Duration::from_secs(5), tcp.read_to_end(&mut answer))
+        .await
+        .expect("the host kept the connection of a bad upgrade open")
+        .expect("the host reset the connection of a bad upgrade");
+    String::from_utf8_lossy(&answer).into_owned()
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn bad_upgrade_requests_get_an_http_error_and_the_listener_serves_on() {
+    // RFC 6455 sections 4.2.1-4.2.2, 4.4 and 11.3: every way an opening
+    // handshake can be wrong gets an HTTP error and a close (never a bare
+    // close, never a 101), and the listener goes on to upgrade a good
+    // client.
+    let key = "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n";
+    let other_key = "Sec-WebSocket-Key: AAAAAAAAAAAAAAAAAAAAAA==\r\n";
+    let v13 = "Sec-WebSocket-Version: 13\r\n";
+    let up = "Upgrade: websocket\r\nConnection: Upgrade\r\n";
+    let cases: Vec<(&str, String, &str)> = vec![
+        (
+            "missing key",
+            format!("GET / HTTP/1.1\r\nHost: x\r\n{up}{v13}\r\n"),
+            "400",
+        ),
+        (
+            "two keys",
+            format!("GET / HTTP/1.1\r\nHost: x\r\n{up}{key}{other_key}{v13}\r\n"),
+            "400",
+        ),
+        (
+            "short key",
+            format!("GET / HTTP/1.1\r\nHost: x\r\n{up}Sec-WebSocket-Key: c2hvcnQ=\r\n{v13}\r\n"),
+            "400",
+        ),
+        (
+            "version 8",
+            format!("GET / HTTP/1.1\r\nHost: x\r\n{up}{key}Sec-WebSocket-Version: 8\r\n\r\n"),
+            "426",
+        ),
+        (
+            "no version",
+            format!("GET / HTTP/1.1\r\nHost: x\r\n{up}{key}\r\n"),
+            "400",
+        ),
+        (
+            "two versions",
+            format!("GET / HTTP/1.1\r\nHost: x\r\n{up}{key}{v13}{v13}\r\n"),
+            "400",
+        ),
+        (
+            "POST",
+            format!("POST / HTTP/1.1\r\nHost: x\r\n{up}{key}{v13}\r\n"),
+            "405",
+        ),
+        (
+            "HTTP/1.0",
+            format!("GET / HTTP/1.0\r\nHost: x\r\n{up}{key}{v13}\r\n"),
+            "400",
+        ),
+        (
+            "no Host",
+            format!("GET / HTTP/1.1\r\n{up}{key}{v13}\r\n"),
+            "400",
+        ),
+        (
+            "plain GET",
+            "GET / HTTP/1.1\r\nHost: x\r\n\r\n".to_string(),
+            "426",
+        ),
+        (
+            "no Connection: Upgrade",
+            format!("GET / HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\n{key}{v13}\r\n"),
+            "400",
+        ),
+        ("not HTTP", "\u{1}\u{2}garbage\r\n\r\n".to_string(), "400"),
+    ];
+    tokio::time::timeout(Duration::from_secs(30), async {
+        let runner = runner(local_config());
+        let listen = format!("127.0.0.1:{}", closed_port());
+        let addr: SocketAddr = listen.parse().unwrap();
+        let guest = echo(&runner, &["server", &listen, "1"]);
+        let test = peer_runtime().spawn(async move {
+            drop(connect_when_up(addr).await);
+            let mut answers = Vec::new();
+            for (name, request, _) in &cases {
+                answers.push((*name, answer_to(addr, request.as_bytes()).await));
+            }
+            let (mut ws, _) = tokio_tungstenite::connect_async(format!("ws://{addr}/good"))
+                .await
+                .unwrap();
+            ws.send(Message::Text("hi".into())).await.unwrap();
+            let echoed = ws.next().await.unwrap().unwrap();
+            ws.close(None).await.unwrap();
+            while ws.next().await.is_some() {}
+            (cases, answers, echoed)
+        });
+        let (out, test) = tokio::join!(guest, test);
+        let (cases, answers, echoed) = test.unwrap();
+        assert!(out.success(), "{}", show(&out));
+        assert_eq!(echoed, Message::Text("hi".into()));
+        for ((name, _, status), (_, answer)) in cases.iter().zip(&answers) {
+            assert!(
+                answer.starts_with(&format!("HTTP/1.1 {status} ")),
+                "{name}: want {status}, the host answered `{answer}`"
+            );
+            assert!(
+                answer.contains("\r\nSec-WebSocket-Version: 13\r\n"),
+                "{name}: the answer does not name the version we speak: `{answer}`"
+            );
+        }
+    })
+    .await
+    .expect("test deadline");
+}
+
 /// This process's resident set, bytes (the host runs in it).
 fn rss_bytes() -> u64 {
     let status = std::fs::read_to_string("/proc/self/status").unwrap();
