@@ -11,7 +11,10 @@
 //! - [`load`]: `tether bench load` (one server guest holding N WebSocket
 //!   connections from a load client in another process);
 //! - [`load_jmux`]: `tether bench load --jmux` (N channels open through a
-//!   two-guest JMUX tunnel, readiness-set loop vs the old poll-all loop).
+//!   two-guest JMUX tunnel, readiness-set loop vs the old poll-all loop);
+//! - [`soak`]: `tether bench soak` (100,000 WebSocket and TCP connect /
+//!   echo / close cycles through one server guest leave no descriptor,
+//!   task, buffered byte, table entry or memory behind).
 //!
 //! [`report`] draws every bench's JSON as `target/bench/report.html` with
 //! SVG plots; [`progress`] is the progress line of long runs.
@@ -37,4 +40,5 @@ pub mod progress;
 pub mod quic;
 pub mod quic_peer;
 pub mod report;
+pub mod soak;
 pub mod tunnel;

@@ -10,7 +10,9 @@
 //! idle; round trips on random connections with all N open; and messages/s
 //! across all N with 64 in flight. The same run can repeat it with the
 //! guest's old loop (`poll-all`: every stream's pollable in every `poll`),
-//! for the before and after.
+//! for the before and after, and with TCP byte streams instead of
+//! WebSocket connections (the echo guest's `--tcp` listener, the same
+//! readiness-set loop).
 //!
 //! The client is this binary re-invoked (`tether bench load-client`, see
 //! [`client`]): it prints one `OPEN {json}` line once all N are open,
@@ -60,6 +62,9 @@ pub struct Options {
     pub throughput: Duration,
     /// Also run the guest's old loop with this many connections (0: not).
     pub poll_all_connections: usize,
+    /// Also run with this many TCP byte streams instead of WebSocket
+    /// connections (0: not).
+    pub tcp_connections: usize,
 }
 
 impl Options {
@@ -72,6 +77,7 @@ impl Options {
             idle: Duration::from_secs(3),
             throughput: Duration::from_secs(3),
             poll_all_connections: 2000.min(connections),
+            tcp_connections: connections,
         }
     }
 
@@ -84,6 +90,7 @@ impl Options {
             idle: Duration::from_secs(1),
             throughput: Duration::from_millis(500),
             poll_all_connections: connections.min(500),
+            tcp_connections: connections.min(500),
         }
     }
 }
@@ -114,6 +121,8 @@ pub struct ClientFigures {
 pub struct Report {
     /// The guest's loop: `readiness-set` or `poll-all`.
     pub guest_loop: &'static str,
+    /// What the client opens: `websocket` or `tcp` (byte streams).
+    pub streams: &'static str,
     /// Connections held open, N.
     pub connections: usize,
     /// Upgrades per second, connections 2..=N.
@@ -153,6 +162,9 @@ pub struct Report {
     /// The same run with the guest's old loop, when asked for.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub poll_all: Option<Box<Report>>,
+    /// The same run over TCP byte streams, when asked for.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tcp: Option<Box<Report>>,
 }
 
 impl Report {
@@ -162,10 +174,13 @@ impl Report {
         if let Some(old) = &self.poll_all {
             rows.push(old);
         }
+        if let Some(tcp) = &self.tcp {
+            rows.push(tcp);
+        }
         side_by_side(
             &rows,
-            (34, 16),
-            &|r| format!("{} ({})", r.guest_loop, r.connections),
+            (34, 22),
+            &|r| format!("{} {} ({})", r.streams, r.guest_loop, r.connections),
             &[
                 ("connects/s at 100 open", &|r| {
                     format!("{:.0}", r.connect_per_s_at_100)
@@ -269,7 +284,9 @@ pub fn ensure_nofile(connections: usize) -> anyhow::Result<u64> {
 }
 
 /// This process's resident set, KiB, from `/proc/self/status`.
-fn rss_kib() -> anyhow::Result<u64> {
+///
+/// Errors: `/proc/self/status` unreadable or without `VmRSS`.
+pub fn rss_kib() -> anyhow::Result<u64> {
     let status = std::fs::read_to_string("/proc/self/status")?;
     status
         .lines()
@@ -280,7 +297,9 @@ fn rss_kib() -> anyhow::Result<u64> {
 }
 
 /// This process's open descriptors, from `/proc/self/fd`.
-fn fd_count() -> anyhow::Result<u64> {
+///
+/// Errors: `/proc/self/fd` unreadable.
+pub fn fd_count() -> anyhow::Result<u64> {
     Ok(std::fs::read_dir("/proc/self/fd")?.count() as u64)
 }
 
@@ -296,36 +315,52 @@ pub async fn run(
     on_phase: &(dyn Fn(&str) + Sync),
 ) -> anyhow::Result<Report> {
     let limit = ensure_nofile(opts.connections)?;
-    let mut report = measure(opts, opts.connections, false, client, limit, on_phase).await?;
+    let mut report = measure(opts, opts.connections, Variant::Ws, client, limit, on_phase).await?;
     if opts.poll_all_connections > 0 {
-        let old = measure(
-            opts,
-            opts.poll_all_connections,
-            true,
-            client,
-            limit,
-            on_phase,
-        )
-        .await?;
+        let n = opts.poll_all_connections;
+        let old = measure(opts, n, Variant::WsPollAll, client, limit, on_phase).await?;
         report.poll_all = Some(Box::new(old));
     }
+    if opts.tcp_connections > 0 {
+        let n = opts.tcp_connections;
+        let tcp = measure(opts, n, Variant::Tcp, client, limit, on_phase).await?;
+        report.tcp = Some(Box::new(tcp));
+    }
     Ok(report)
+}
+
+/// What one measurement runs: the guest's loop and what the client opens.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Variant {
+    /// WebSocket connections, the readiness-set loop.
+    Ws,
+    /// WebSocket connections, the old poll-all loop.
+    WsPollAll,
+    /// TCP byte streams, the readiness-set loop.
+    Tcp,
 }
 
 async fn measure(
     opts: &Options,
     connections: usize,
-    poll_all: bool,
+    variant: Variant,
     client: &Path,
     limit: u64,
     on_phase: &(dyn Fn(&str) + Sync),
 ) -> anyhow::Result<Report> {
+    let poll_all = variant == Variant::WsPollAll;
     let guest_loop = if poll_all {
         "poll-all"
     } else {
         "readiness-set"
     };
-    on_phase(&format!("{guest_loop}: starting the echo guest"));
+    let streams = if variant == Variant::Tcp {
+        "tcp"
+    } else {
+        "websocket"
+    };
+    let phase = format!("{streams} {guest_loop}");
+    on_phase(&format!("{phase}: starting the echo guest"));
     let config = Config {
         policy: Policy {
             listen: vec!["127.0.0.1:*".parse()?],
@@ -346,25 +381,34 @@ async fn measure(
     if poll_all {
         args.push("poll-all".into());
     }
+    // TCP: the guest listens for byte streams too, and the client uses only
+    // those (the WebSocket listener sits idle).
+    let (port, url) = if variant == Variant::Tcp {
+        let tcp_port = free_port()?;
+        args.extend(["--tcp".to_string(), format!("127.0.0.1:{tcp_port}")]);
+        (tcp_port, format!("tcp://127.0.0.1:{tcp_port}"))
+    } else {
+        (port, format!("ws://{listen}/"))
+    };
     let guest = GuestThread::spawn(runner, component, args, GuestIo::Capture(1 << 20))?;
     let start = Instant::now();
     while !is_listening(port) {
         if guest.is_finished() || start.elapsed() > Duration::from_secs(30) {
             let outcome = guest.stop();
-            bail!("the echo guest did not listen on {listen}: {outcome:?}");
+            bail!("the echo guest did not listen for {url}: {outcome:?}");
         }
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     tokio::time::sleep(Duration::from_millis(100)).await;
     let (rss_before, fds_before) = (rss_kib()?, fd_count()?);
 
-    on_phase(&format!("{guest_loop}: connecting {connections}"));
+    on_phase(&format!("{phase}: connecting {connections}"));
     let child = std::process::Command::new(client)
         .args([
             "bench",
             "load-client",
             "--url",
-            &format!("ws://{listen}/"),
+            &url,
             "--connections",
             &connections.to_string(),
             "--rtt-samples",
@@ -385,7 +429,7 @@ async fn measure(
     if opened.open != connections {
         bail!("only {} of {connections} connections opened", opened.open);
     }
-    on_phase(&format!("{guest_loop}: {connections} open, idle"));
+    on_phase(&format!("{phase}: {connections} open, idle"));
     // Let the last handshakes' buffers settle before reading memory.
     tokio::time::sleep(Duration::from_millis(500)).await;
     let (rss_open, fds_open) = (rss_kib()?, fd_count()?);
@@ -393,7 +437,7 @@ async fn measure(
     let (cpu0, t0) = (proc_cpu(pid)?, Instant::now());
     tokio::time::sleep(opts.idle).await;
     let idle_cpu = (proc_cpu(pid)? - cpu0).as_secs_f64() / t0.elapsed().as_secs_f64();
-    on_phase(&format!("{guest_loop}: round trips and throughput"));
+    on_phase(&format!("{phase}: round trips and throughput"));
     stdin.write_all(b"go\n")?;
     stdin.flush()?;
     let (done, _) = next_line(lines, "DONE").await?;
@@ -406,6 +450,7 @@ async fn measure(
     let p = |v: &[u64], q: f64| percentile_us(v, q);
     Ok(Report {
         guest_loop,
+        streams,
         connections,
         connect_per_s: opened.connect_per_s,
         connect_per_s_at_100: opened.connect_per_s_at_100,
@@ -428,6 +473,7 @@ async fn measure(
         rtt_us_cdf_single: cdf_us(&opened.rtt_single_ns),
         nofile_limit: limit,
         poll_all: None,
+        tcp: None,
     })
 }
 
@@ -465,6 +511,14 @@ async fn next_line(
 type Ws =
     tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
 
+/// One of the load client's connections.
+enum Conn {
+    /// A WebSocket connection: 32 B binary messages.
+    Ws(Box<Ws>),
+    /// A TCP byte stream: 32 B written, 32 B read back.
+    Tcp(tokio::net::TcpStream),
+}
+
 /// A xorshift generator: random connections without a dependency.
 pub(crate) struct Xorshift(pub(crate) u64);
 
@@ -484,13 +538,31 @@ const CLIENT_READ_BUFFER: usize = 4096;
 /// Deadline of one handshake or one round trip in the client.
 const CLIENT_DEADLINE: Duration = Duration::from_secs(30);
 
-async fn round_trip(ws: &mut Ws) -> anyhow::Result<u64> {
-    tokio::time::timeout(CLIENT_DEADLINE, round_trip_inner(ws))
+async fn round_trip(conn: &mut Conn) -> anyhow::Result<u64> {
+    let trip = async {
+        match conn {
+            Conn::Ws(ws) => round_trip_ws(ws).await,
+            Conn::Tcp(tcp) => round_trip_tcp(tcp).await,
+        }
+    };
+    tokio::time::timeout(CLIENT_DEADLINE, trip)
         .await
         .context("no echo within 30 s")?
 }
 
-async fn round_trip_inner(ws: &mut Ws) -> anyhow::Result<u64> {
+async fn round_trip_tcp(tcp: &mut tokio::net::TcpStream) -> anyhow::Result<u64> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let t0 = Instant::now();
+    tcp.write_all(&[0x5a; MESSAGE_BYTES]).await?;
+    let mut echo = [0u8; MESSAGE_BYTES];
+    tcp.read_exact(&mut echo)
+        .await
+        .context("the echo ended early")?;
+    anyhow::ensure!(echo == [0x5a; MESSAGE_BYTES], "the echo differs");
+    Ok(t0.elapsed().as_nanos() as u64)
+}
+
+async fn round_trip_ws(ws: &mut Ws) -> anyhow::Result<u64> {
     let t0 = Instant::now();
     ws.send(Message::Binary(vec![0x5a; MESSAGE_BYTES].into()))
         .await?;
@@ -505,8 +577,8 @@ async fn round_trip_inner(ws: &mut Ws) -> anyhow::Result<u64> {
     }
 }
 
-async fn round_trips(conns: &mut [Ws], n: usize, rng: &mut Xorshift) -> anyhow::Result<Vec<u64>> {
-    random_round_trips(conns, n, rng, async |ws| round_trip(ws).await).await
+async fn round_trips(conns: &mut [Conn], n: usize, rng: &mut Xorshift) -> anyhow::Result<Vec<u64>> {
+    random_round_trips(conns, n, rng, async |c| round_trip(c).await).await
 }
 
 /// `n` round trips (`trip`, ns each) on connections picked at random,
@@ -529,30 +601,39 @@ pub(crate) async fn random_round_trips<T>(
     Ok(out)
 }
 
+/// Opens one connection to `url` (`ws://` or `tcp://HOST:PORT`), with
+/// TCP_NODELAY.
+async fn connect(url: &str) -> anyhow::Result<Conn> {
+    if let Some(addr) = url.strip_prefix("tcp://") {
+        let tcp = tokio::net::TcpStream::connect(addr).await?;
+        tcp.set_nodelay(true)?;
+        return Ok(Conn::Tcp(tcp));
+    }
+    // A small read buffer: tungstenite zero-fills the whole buffer before
+    // each read (128 KiB by default), which on 10,000 cold connections
+    // would be the client's cost, not the host's.
+    let config = WebSocketConfig::default().read_buffer_size(CLIENT_READ_BUFFER);
+    let (ws, _) = tokio_tungstenite::connect_async_with_config(url, Some(config), true).await?;
+    Ok(Conn::Ws(Box::new(ws)))
+}
+
 /// Opens `count` more connections, [`CONNECT_CONCURRENCY`] handshakes in
 /// flight; returns each one's completion time since `t0`.
 async fn open_more(
     url: &str,
     count: usize,
-    conns: &mut Vec<Ws>,
+    conns: &mut Vec<Conn>,
     t0: Instant,
 ) -> anyhow::Result<Vec<Duration>> {
     let mut done = Vec::with_capacity(count);
     let mut pending = futures_util::stream::iter(0..count)
-        .map(|_| {
-            // A small read buffer: tungstenite zero-fills the whole buffer
-            // before each read (128 KiB by default), which on 10,000 cold
-            // connections would be the client's cost, not the host's.
-            let config = WebSocketConfig::default().read_buffer_size(CLIENT_READ_BUFFER);
-            let connect = tokio_tungstenite::connect_async_with_config(url, Some(config), true);
-            tokio::time::timeout(CLIENT_DEADLINE, connect)
-        })
+        .map(|_| tokio::time::timeout(CLIENT_DEADLINE, connect(url)))
         .buffer_unordered(CONNECT_CONCURRENCY);
     while let Some(result) = pending.next().await {
-        let (ws, _) = result
+        let conn = result
             .context("no handshake within 30 s")?
             .with_context(|| format!("connection {} to {url}", conns.len()))?;
-        conns.push(ws);
+        conns.push(conn);
         done.push(t0.elapsed());
     }
     Ok(done)
@@ -561,7 +642,7 @@ async fn open_more(
 /// The load client's arguments.
 #[derive(Clone, Debug)]
 pub struct ClientArgs {
-    /// The server's `ws://` URL.
+    /// The server's `ws://` URL, or `tcp://HOST:PORT` for byte streams.
     pub url: String,
     /// Connections to open, N.
     pub connections: usize,
@@ -580,7 +661,7 @@ pub async fn client(args: &ClientArgs) -> anyhow::Result<()> {
     let n = args.connections.max(101);
     let mut rng = Xorshift(0x9e37_79b9_7f4a_7c15);
     let mut figures = ClientFigures::default();
-    let mut conns: Vec<Ws> = Vec::with_capacity(n);
+    let mut conns: Vec<Conn> = Vec::with_capacity(n);
     let t0 = Instant::now();
     open_more(&args.url, 1, &mut conns, t0).await?;
     figures.rtt_single_ns = round_trips(&mut conns, args.rtt_samples, &mut rng).await?;
@@ -616,8 +697,8 @@ pub async fn client(args: &ClientArgs) -> anyhow::Result<()> {
 /// Echoes across every connection for `length`, [`IN_FLIGHT`] in flight:
 /// each of [`IN_FLIGHT`] tasks owns a share of the connections and sends
 /// on them in turn, one message outstanding. Returns echoes per second.
-async fn throughput(conns: Vec<Ws>, length: Duration) -> anyhow::Result<f64> {
-    let mut shares: Vec<Vec<Ws>> = (0..IN_FLIGHT).map(|_| Vec::new()).collect();
+async fn throughput(conns: Vec<Conn>, length: Duration) -> anyhow::Result<f64> {
+    let mut shares: Vec<Vec<Conn>> = (0..IN_FLIGHT).map(|_| Vec::new()).collect();
     for (i, ws) in conns.into_iter().enumerate() {
         shares[i % IN_FLIGHT].push(ws);
     }

@@ -116,6 +116,11 @@ impl Progress {
         }
     }
 
+    /// Steps in the whole run (0: phases only).
+    pub fn total(&self) -> u64 {
+        self.inner.total
+    }
+
     /// Steps done so far.
     pub fn done(&self) -> u64 {
         self.inner.done.load(Ordering::Relaxed)

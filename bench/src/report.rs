@@ -27,6 +27,10 @@ pub const BENCHES: &[(&str, &str)] = &[
     ("quic", "QUIC over message streams"),
     ("jmux", "JMUX tunnel"),
     ("load", "Load: many open streams"),
+    (
+        "load-jmux",
+        "JMUX at 1,000 channels: readiness set vs old loop",
+    ),
     ("isolation", "Isolation: one misbehaving guest among many"),
 ];
 
@@ -526,20 +530,38 @@ fn jmux_plots(v: &Value) -> anyhow::Result<Vec<Plot>> {
     Ok(plots)
 }
 
-fn load_plots(v: &Value) -> anyhow::Result<Vec<Plot>> {
+/// The round-trip CDFs of `tether bench load` (`name` "load", streams
+/// called connections) or `tether bench load --jmux` ("load-jmux",
+/// channels): all open against one open, and the old poll-all loop's
+/// when the run measured it.
+fn load_plots(v: &Value, name: &str, unit: &str) -> anyhow::Result<Vec<Plot>> {
     let mut plots = Vec::new();
+    let old = v.get("poll_all").filter(|o| o.is_object());
     let lines: Vec<Series> = [
-        series("all connections open", cdf(v, "rtt_us_cdf_loaded")),
-        series("one connection open", cdf(v, "rtt_us_cdf_single")),
+        series(&format!("all {unit}s open"), cdf(v, "rtt_us_cdf_loaded")),
+        series(&format!("one {unit} open"), cdf(v, "rtt_us_cdf_single")),
+        old.and_then(|o| series("old loop, all open", cdf(o, "rtt_us_cdf_loaded"))),
     ]
     .into_iter()
     .flatten()
     .collect();
     if !lines.is_empty() {
+        let count = |v: &Value| num(v, &format!("{unit}s")).map_or(String::new(), format_value);
+        let mut caption = format!(
+            "Echo round trip (32 B) with {} {unit}s open vs one",
+            count(v)
+        );
+        if let Some(o) = old {
+            let _ = write!(
+                caption,
+                ", and the old poll-all loop with {} open",
+                count(o)
+            );
+        }
         plots.push(Plot {
-            file: "load-rtt.svg".into(),
-            caption: "Echo round trip with every connection open vs one".into(),
-            svg: cdf_svg("round trip under load, 32 B", &lines)?,
+            file: format!("{name}-rtt.svg"),
+            caption,
+            svg: cdf_svg(&format!("round trip under load ({unit}s), 32 B"), &lines)?,
         });
     }
     Ok(plots)
@@ -611,7 +633,8 @@ pub fn render(dir: &Path) -> anyhow::Result<Rendered> {
             "quic" => quic_plots(&v)?,
             "jmux" => jmux_plots(&v)?,
             "isolation" => isolation_plots(&v)?,
-            _ => load_plots(&v)?,
+            "load-jmux" => load_plots(&v, name, "channel")?,
+            _ => load_plots(&v, name, "connection")?,
         };
         let _ = writeln!(body, "<section id=\"{name}\">\n<h2>{}</h2>", escape(title));
         for plot in plots {
@@ -635,7 +658,7 @@ pub fn render(dir: &Path) -> anyhow::Result<Rendered> {
     }
     anyhow::ensure!(
         found > 0,
-        "no bench results in {} (expected echo.json, quic.json, jmux.json, load.json or isolation.json)",
+        "no bench results in {} (expected echo.json, quic.json, jmux.json, load.json, load-jmux.json or isolation.json)",
         dir.display()
     );
     let commands: String = meta

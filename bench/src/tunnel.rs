@@ -16,7 +16,7 @@ use tether_jmux::proxy::rules::TargetFilter;
 use wasmtime::component::Component;
 
 use tether_host::policy::{Policy, Rule};
-use tether_host::runner::{GuestIo, Outcome, Runner};
+use tether_host::runner::{GuestIo, Outcome, Runner, TableCensus};
 
 /// The host policy a `jmux-proxy` command line needs, and nothing more:
 /// dialling the pipe's address (`ws://`, `wss://`, `tcp://`), binding the
@@ -86,6 +86,7 @@ pub fn policy_for(args: &ProxyArgs, deny: Vec<Rule>) -> anyhow::Result<Policy> {
 pub struct GuestThread {
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     thread: Option<JoinHandle<Option<Outcome>>>,
+    runtime: tokio::runtime::Handle,
 }
 
 impl GuestThread {
@@ -98,10 +99,25 @@ impl GuestThread {
         args: Vec<String>,
         io: GuestIo,
     ) -> anyhow::Result<GuestThread> {
+        GuestThread::spawn_with_census(runner, component, args, io, None)
+    }
+
+    /// Like [`GuestThread::spawn`], with `census` counting the guest's
+    /// resource table on request ([`Runner::run_with_census`]).
+    ///
+    /// Errors: the thread or its runtime could not be created.
+    pub fn spawn_with_census(
+        runner: Arc<Runner>,
+        component: Component,
+        args: Vec<String>,
+        io: GuestIo,
+        census: Option<Arc<TableCensus>>,
+    ) -> anyhow::Result<GuestThread> {
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()?;
+        let runtime = rt.handle().clone();
         let thread = std::thread::Builder::new()
             .name(format!("guest-{}", args.first().map_or("", String::as_str)))
             .spawn(move || {
@@ -110,8 +126,9 @@ impl GuestThread {
                     // `block_on` future: waking a task from another task on
                     // this thread only queues it, while waking the
                     // `block_on` future goes through the I/O driver.
-                    let guest =
-                        tokio::spawn(async move { runner.run(&component, &args, io).await });
+                    let guest = tokio::spawn(async move {
+                        runner.run_with_census(&component, &args, io, census).await
+                    });
                     tokio::select! {
                         outcome = guest => outcome.ok(),
                         _ = stopped => None,
@@ -121,7 +138,15 @@ impl GuestThread {
         Ok(GuestThread {
             stop: Some(stop),
             thread: Some(thread),
+            runtime,
         })
+    }
+
+    /// The guest's runtime (its thread's): the guest and its sockets'
+    /// tasks run there ([`tokio::runtime::RuntimeMetrics::num_alive_tasks`]
+    /// counts them).
+    pub fn runtime(&self) -> &tokio::runtime::Handle {
+        &self.runtime
     }
 
     /// Whether the guest has ended by itself.

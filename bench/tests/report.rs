@@ -28,16 +28,32 @@ fn svg_texts(path: &Path) -> Vec<String> {
         .collect()
 }
 
+/// The file names of the rendered plots, in page order.
+fn plot_names(rendered: &report::Rendered) -> Vec<String> {
+    rendered
+        .plots
+        .iter()
+        .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
+        .collect()
+}
+
+/// Asserts that `dir/file` has a `<text>` for each of `series`.
+fn assert_series(dir: &Path, file: &str, series: &[&str]) {
+    let texts = svg_texts(&dir.join(file));
+    for s in series {
+        assert!(
+            texts.iter().any(|t| t == s),
+            "{file}: no series `{s}` among {texts:?}"
+        );
+    }
+}
+
 #[test]
 fn the_report_renders_every_bench_with_its_series() {
     let dir = fixture_copy("all", &["echo.json", "quic.json", "jmux.json", "meta.json"]);
     let rendered = report::render(&dir).unwrap();
 
-    let names: Vec<String> = rendered
-        .plots
-        .iter()
-        .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
-        .collect();
+    let names = plot_names(&rendered);
     assert_eq!(
         names,
         [
@@ -49,15 +65,7 @@ fn the_report_renders_every_bench_with_its_series() {
             "jmux-throughput.svg"
         ]
     );
-    let expect = |file: &str, series: &[&str]| {
-        let texts = svg_texts(&dir.join(file));
-        for s in series {
-            assert!(
-                texts.iter().any(|t| t == s),
-                "{file}: no series `{s}` among {texts:?}"
-            );
-        }
-    };
+    let expect = |file: &str, series: &[&str]| assert_series(&dir, file, series);
     expect("echo-rtt.svg", &["guest", "native"]);
     expect("echo-throughput.svg", &["guest", "native"]);
     expect(
@@ -140,5 +148,52 @@ fn missing_benches_are_left_out_and_none_is_an_error() {
     std::fs::remove_file(dir.join("echo.json")).unwrap();
     let e = report::render(&dir).unwrap_err();
     assert!(e.to_string().contains("no bench results"), "{e}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The scale benches (fixtures from full runs on a quiet machine): the
+/// load CDFs against one open, the JMUX load's old loop beside them, and
+/// the isolation ratios per misbehaviour.
+#[test]
+fn the_report_draws_the_scale_benches() {
+    let dir = fixture_copy("scale", &["load.json", "load-jmux.json", "isolation.json"]);
+    let rendered = report::render(&dir).unwrap();
+    let names = plot_names(&rendered);
+    assert_eq!(
+        names,
+        ["load-rtt.svg", "load-jmux-rtt.svg", "isolation.svg"]
+    );
+    let has = |file: &str, series: &[&str]| assert_series(&dir, file, series);
+    has(
+        "load-rtt.svg",
+        &[
+            "all connections open",
+            "one connection open",
+            "old loop, all open",
+        ],
+    );
+    has(
+        "load-jmux-rtt.svg",
+        &[
+            "all channels open",
+            "one channel open",
+            "old loop, all open",
+        ],
+    );
+    has(
+        "isolation.svg",
+        &["trap", "spin", "native-spin", "memory", "flood"],
+    );
+    let page = std::fs::read_to_string(&rendered.page).unwrap();
+    for needle in [
+        "id=\"load\"",
+        "id=\"load-jmux\"",
+        "id=\"isolation\"",
+        "with 10k connections open vs one",
+        "the old poll-all loop with 2000 open",
+        "with 1000 channels open vs one",
+    ] {
+        assert!(page.contains(needle), "page lacks `{needle}`");
+    }
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -1,4 +1,4 @@
-//! `tether bench echo|quic|jmux|load|all|report`: guest against native code in
+//! `tether bench echo|quic|jmux|load|isolation|soak|all|report`: guest against native code in
 //! one run; `all` runs every bench and writes `target/bench/report.html`.
 
 use std::path::PathBuf;
@@ -36,6 +36,11 @@ pub enum BenchCommand {
     /// exhausts its memory or floods its outbound buffer while the others
     /// serve round trips: their p99 against a well-behaved baseline.
     Isolation(BenchIsolationArgs),
+    /// 100,000 connect / echo / close cycles (WebSocket and TCP; clean
+    /// closes, resets, guest drops, abandoned handshakes) through one echo
+    /// guest: descriptors, tasks, buffered bytes, the guest's resource
+    /// table and RSS must come back. Exits non-zero naming a failed check.
+    Soak(BenchSoakArgs),
     /// The load client of `bench load` (started by it, in its own process).
     #[command(hide = true)]
     LoadClient(LoadClientArgs),
@@ -76,16 +81,34 @@ pub struct BenchLoadArgs {
     /// it) [default: 2000, or --connections if fewer].
     #[arg(long)]
     pub poll_all_connections: Option<usize>,
+    /// TCP byte streams for the run over TCP (the echo guest's `--tcp`
+    /// listener, readiness-set loop; 0: skip it) [default: --connections,
+    /// 500 at most with --quick].
+    #[arg(long)]
+    pub tcp_connections: Option<usize>,
     /// The JMUX variant instead: channels open through a two-guest JMUX
     /// tunnel (TCP clients -> tcp-listen guest == ws pipe == guest -> TCP
     /// echo), both guests' readiness-set loop and then their old poll-all
     /// loop, in this process.
-    #[arg(long, conflicts_with_all = ["connections", "poll_all_connections"])]
+    #[arg(long, conflicts_with_all = ["connections", "poll_all_connections", "tcp_connections"])]
     pub jmux: bool,
     /// With --jmux: channels to hold open (101 to 1024, the session's
     /// channel cap) [default: 1000, 200 with --quick].
     #[arg(long, requires = "jmux", value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(101..=1024))]
     pub channels: Option<usize>,
+}
+
+#[derive(Args)]
+pub struct BenchSoakArgs {
+    /// Print one JSON object instead of the table.
+    #[arg(long)]
+    pub json: bool,
+    /// A short run (CI): 5,000 cycles.
+    #[arg(long)]
+    pub quick: bool,
+    /// Cycles to run (10 or more) [default: 100000, 5000 with --quick].
+    #[arg(long, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(10..))]
+    pub cycles: Option<usize>,
 }
 
 #[derive(Args)]
@@ -127,8 +150,9 @@ pub struct LoadClientArgs {
 
 #[derive(Args)]
 pub struct BenchReportArgs {
-    /// The folder with echo.json, quic.json, jmux.json (any of them) and
-    /// meta.json; report.html and the SVGs are written there.
+    /// The folder with echo.json, quic.json, jmux.json, load.json,
+    /// load-jmux.json, isolation.json (any of them) and meta.json;
+    /// report.html and the SVGs are written there.
     #[arg(long, default_value = "target/bench", value_name = "DIR")]
     pub dir: PathBuf,
 }
@@ -266,12 +290,12 @@ pub async fn bench(command: BenchCommand) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         BenchCommand::Load(args) => {
-            let report = run_load(args.quick, args.connections, args.poll_all_connections).await?;
+            let report = run_load(&args).await?;
             if args.json {
                 outln!("{}", serde_json::to_string(&report)?);
             } else {
                 outln!(
-                    "tether bench load: {} WebSocket connections held by the echo guest's server, a load client in its own process ({} B round trips)\n",
+                    "tether bench load: {} WebSocket connections (and TCP byte streams) held by the echo guest's server, a load client in its own process ({} B round trips)\n",
                     report.connections,
                     tether_bench::load::MESSAGE_BYTES
                 );
@@ -300,6 +324,20 @@ pub async fn bench(command: BenchCommand) -> anyhow::Result<ExitCode> {
                 );
                 outln!("{}", report.table());
             }
+            Ok(ExitCode::SUCCESS)
+        }
+        BenchCommand::Soak(args) => {
+            let report = run_soak(args.quick, args.cycles).await?;
+            if args.json {
+                outln!("{}", serde_json::to_string(&report)?);
+            } else {
+                outln!(
+                    "tether bench soak: WebSocket and TCP connect / echo / close cycles through one echo guest, {} in flight\n",
+                    tether_bench::soak::CONCURRENCY
+                );
+                outln!("{}", report.table());
+            }
+            report.check()?;
             Ok(ExitCode::SUCCESS)
         }
         BenchCommand::LoadClient(args) => {
@@ -354,7 +392,16 @@ async fn all(args: BenchAllArgs) -> anyhow::Result<ExitCode> {
         "tether bench jmux --json --vs jetsocat{jetsocat_arg}{quick}"
     ));
     report::write_json(dir, "jmux", &jmux)?;
-    let load = run_load(args.quick, None, None).await?;
+    let load = run_load(&BenchLoadArgs {
+        json: true,
+        quick: args.quick,
+        connections: None,
+        poll_all_connections: None,
+        tcp_connections: None,
+        jmux: false,
+        channels: None,
+    })
+    .await?;
     meta.commands
         .push(format!("tether bench load --json{quick}"));
     report::write_json(dir, "load", &load)?;
@@ -371,10 +418,15 @@ async fn all(args: BenchAllArgs) -> anyhow::Result<ExitCode> {
     meta.commands
         .push(format!("tether bench isolation --json{quick}"));
     report::write_json(dir, "isolation", &isolation)?;
+    let soak = run_soak(args.quick, None).await?;
+    meta.commands
+        .push(format!("tether bench soak --json{quick}"));
+    report::write_json(dir, "soak", &soak)?;
     report::write_json(dir, "meta", &meta)?;
     let rendered = report::render(dir)?;
     outln!("{}", rendered.page.display());
     tether_bench::quic::check_guard(&quic)?;
+    soak.check()?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -429,23 +481,38 @@ async fn run_isolation(
     report
 }
 
-async fn run_load(
-    quick: bool,
-    connections: Option<usize>,
-    poll_all: Option<usize>,
-) -> anyhow::Result<tether_bench::load::Report> {
+async fn run_load(args: &BenchLoadArgs) -> anyhow::Result<tether_bench::load::Report> {
     use tether_bench::load;
-    let mut opts = if quick {
-        load::Options::quick(connections)
+    let mut opts = if args.quick {
+        load::Options::quick(args.connections)
     } else {
-        load::Options::full(connections.unwrap_or(10_000))
+        load::Options::full(args.connections.unwrap_or(10_000))
     };
-    if let Some(n) = poll_all {
+    if let Some(n) = args.poll_all_connections {
         opts.poll_all_connections = n;
+    }
+    if let Some(n) = args.tcp_connections {
+        opts.tcp_connections = n;
     }
     let client = std::env::current_exe().context("the path of this tether binary")?;
     let progress = Progress::new("bench load", 0);
     let report = load::run(&opts, &client, &|phase| progress.phase(phase)).await;
+    progress.finish();
+    report
+}
+
+async fn run_soak(
+    quick: bool,
+    cycles: Option<usize>,
+) -> anyhow::Result<tether_bench::soak::Report> {
+    use tether_bench::soak;
+    let opts = if quick {
+        soak::Options::quick(cycles)
+    } else {
+        soak::Options::full(cycles)
+    };
+    let progress = Progress::new("bench soak", opts.cycles as u64);
+    let report = soak::run(&opts, &progress).await;
     progress.finish();
     report
 }

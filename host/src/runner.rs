@@ -2,7 +2,7 @@
 //! memory and runaway limits, stdout capture.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use wasmtime::component::{Component, Linker, ResourceTable};
@@ -114,6 +114,68 @@ pub struct GuestState {
     /// host on a multi-thread runtime: its next poll runs off the worker
     /// (`block_in_place`) until it returns to the host.
     computing: Arc<AtomicBool>,
+    /// Counts `table` when asked ([`Runner::run_with_census`]).
+    census: Option<Arc<TableCensus>>,
+}
+
+/// The number of entries in one guest's resource table (every handle it
+/// holds: streams, listeners, pollables, readiness sets, `wasi:io`
+/// streams, and entries the host keeps for it), counted on request: the
+/// soak checks that a guest's table is back to its baseline after
+/// thousands of connections.
+///
+/// Costs nothing per message: until [`TableCensus::request`] the guest's
+/// host calls only read one flag that nobody writes; the count itself
+/// (O(entries)) runs once per request, at the guest's next return from a
+/// host call. A guest blocked in `wasi:io/poll` counts once something wakes
+/// it (a connection, a message), and its count is then the table as it
+/// stood while it was blocked.
+#[derive(Debug, Default)]
+pub struct TableCensus {
+    wanted: AtomicBool,
+    entries: AtomicUsize,
+    counted: tokio::sync::Notify,
+}
+
+impl TableCensus {
+    /// A census for [`Runner::run_with_census`].
+    pub fn new() -> Arc<TableCensus> {
+        Arc::default()
+    }
+
+    /// Asks the guest to count its table at its next return from a host
+    /// call.
+    pub fn request(&self) {
+        self.wanted.store(true, Ordering::Release);
+    }
+
+    /// The count asked for by [`TableCensus::request`], once the guest took
+    /// it; `None` if it did not within `limit` (it made no host call: wake
+    /// it).
+    pub async fn entries(&self, limit: Duration) -> Option<usize> {
+        let taken = async {
+            loop {
+                let counted = self.counted.notified();
+                tokio::pin!(counted);
+                counted.as_mut().enable();
+                if !self.wanted.load(Ordering::Acquire) {
+                    return self.entries.load(Ordering::Acquire);
+                }
+                counted.await;
+            }
+        };
+        tokio::time::timeout(limit, taken).await.ok()
+    }
+
+    /// Counts `table` if a count was requested.
+    fn take(&self, table: &mut ResourceTable) {
+        if self.wanted.load(Ordering::Relaxed) {
+            self.entries
+                .store(table.iter_mut().count(), Ordering::Release);
+            self.wanted.store(false, Ordering::Release);
+            self.counted.notify_waiters();
+        }
+    }
 }
 
 impl WasiView for GuestState {
@@ -267,6 +329,18 @@ impl Runner {
         args: &[impl AsRef<str>],
         io: GuestIo,
     ) -> Outcome {
+        self.run_with_census(component, args, io, None).await
+    }
+
+    /// Like [`Runner::run`], with `census` counting the guest's resource
+    /// table whenever asked.
+    pub async fn run_with_census(
+        &self,
+        component: &Component,
+        args: &[impl AsRef<str>],
+        io: GuestIo,
+        census: Option<Arc<TableCensus>>,
+    ) -> Outcome {
         let started = Instant::now();
         let limits = &self.host.config.limits;
         let (wasi, pipes) = wasi_ctx(args, io);
@@ -282,6 +356,7 @@ impl Runner {
             ticks: self.ticks.clone(),
             epoch_yield: false,
             computing: Arc::new(AtomicBool::new(false)),
+            census,
         };
         let mut store = Store::new(&self.engine, state);
         let span = store.data().tether.span();
@@ -295,6 +370,11 @@ impl Runner {
                 } else {
                     data.resumed = data.ticks.load(Ordering::Relaxed);
                 }
+            }
+            if matches!(hook, CallHook::ReturningFromHost)
+                && let Some(census) = &data.census
+            {
+                census.take(&mut data.table);
             }
             Ok(())
         });
@@ -327,8 +407,13 @@ impl Runner {
             // holds a worker for a tick at a time, and every task queued
             // behind it waits: 13x the others' p99 in `tether bench
             // isolation`.)
-            // Let socket tasks and other guests on this thread run.
-            Ok(UpdateDeadline::Yield(1))
+            // Let socket tasks and other guests on this thread run: tokio's
+            // `yield_now` wakes the guest again only after the I/O driver
+            // has been polled. (A plain yield re-queues it at once; on a
+            // current-thread runtime the driver then runs only every 61
+            // task polls, so the others waited 61 ticks, 600 ms, for
+            // their sockets.)
+            Ok(yield_to_runtime())
         });
         store.set_epoch_deadline(1);
         let computing = store.data().computing.clone();
@@ -359,12 +444,7 @@ impl Runner {
                 stopped = shutdown_deadline(&self.host) => Err(stopped),
             }
         };
-        self.host.metrics.guest_finished(&result);
-        tracing::Instrument::instrument(
-            fail_streams_on_error(&mut store.data_mut().tether, &result),
-            span,
-        )
-        .await;
+        end_run(&self.host, &mut store.data_mut().tether, &result, span).await;
         drop(store);
         drop(running);
         outcome(result, pipes, started)
@@ -496,6 +576,14 @@ impl tokio::io::AsyncWrite for LossyStderr {
     }
 }
 
+/// What a guest's epoch callback returns when it lets the runtime run
+/// other tasks: extend the deadline by one tick after `tokio::task::yield_now`,
+/// which wakes the guest again only after the runtime has polled its I/O
+/// driver, so socket tasks and other guests on the same thread run first.
+pub(crate) fn yield_to_runtime() -> UpdateDeadline {
+    UpdateDeadline::YieldCustom(1, Box::pin(tokio::task::yield_now()))
+}
+
 /// When a run failed (a trap, a runaway, the memory limit, a non-zero
 /// exit), closes the guest's remaining message streams with 1011 naming
 /// the failure, before the store drops them (which closes with 1000).
@@ -513,7 +601,20 @@ pub(crate) async fn shutdown_deadline(host: &HostCtx) -> RunError {
     RunError::ShutdownDeadline(timeout)
 }
 
-pub(crate) async fn fail_streams_on_error(tether: &mut TetherCtx, result: &Result<(), RunError>) {
+/// Ends a guest's run on the host side, for both ABIs: counts its outcome
+/// in the metrics and, when it failed, closes its message streams with
+/// 1011 (within `span`, so the log lines name the guest).
+pub(crate) async fn end_run(
+    host: &HostCtx,
+    tether: &mut TetherCtx,
+    result: &Result<(), RunError>,
+    span: tracing::Span,
+) {
+    host.metrics.guest_finished(result);
+    tracing::Instrument::instrument(fail_streams_on_error(tether, result), span).await;
+}
+
+async fn fail_streams_on_error(tether: &mut TetherCtx, result: &Result<(), RunError>) {
     let reason = match result {
         Ok(()) | Err(RunError::Exit(0)) => return,
         Err(RunError::Exit(_)) => "guest exited with an error",

@@ -77,6 +77,12 @@ pub const CLOSE_INTERNAL_ERROR: u16 = 1011;
 /// (RFC 6455 section 7.4.1: "going away").
 pub const CLOSE_GOING_AWAY: u16 = 1001;
 
+/// Pong replies (bytes, frame headers included) the host owes a peer
+/// before it stops reading that peer's socket until they are flushed: the
+/// bound on queued control replies (RFC 6455 section 5.5.3 lets a host
+/// answer only the latest ping, tungstenite answers each).
+pub const PONG_DEBT_BYTES: usize = 16 * 1024;
+
 /// The tungstenite configuration for a stream under `limits`: messages and
 /// frames up to `max_message_bytes`, a write buffer bounded to one maximal
 /// message plus 1 MiB.
@@ -106,6 +112,12 @@ struct State {
     close_info: Option<CloseInfo>,
     /// tungstenite holds bytes the writer task still has to flush.
     flush_pending: bool,
+    /// Bytes of pong frames tungstenite queued for the peer's pings since
+    /// the writer's last completed flush. Past [`PONG_DEBT_BYTES`] the
+    /// reader stops reading until a flush writes them out, so a peer that
+    /// pings and never reads is pushed back by TCP instead of growing
+    /// tungstenite's write buffer.
+    pong_debt: usize,
     /// The guest dropped the `message-stream`: its pollables are ready
     /// (the drop rule in `wit/tether.wit`).
     dropped: bool,
@@ -405,6 +417,7 @@ impl MessageStream {
                     let code = classify(e);
                     self.shared.lock().write_error = Some(code.clone());
                     self.shared.writable.wake();
+                    self.shared.inbound_room.wake();
                     return Err(code);
                 }
             }
@@ -689,11 +702,16 @@ where
     S: AsyncRead + AsyncWrite + Unpin,
 {
     let end = loop {
-        // Backpressure: while the inbound queue is full, do not read the
-        // socket at all; the kernel buffers fill and TCP stalls the peer.
+        // Backpressure: while the inbound queue is full, or the pongs
+        // owed to the peer wait for a flush, do not read the socket at all;
+        // the kernel buffers fill and TCP stalls the peer.
         shared
             .inbound_room
-            .wait_until(|| shared.lock().inbound_bytes < shared.inbound_limit)
+            .wait_until(|| {
+                let st = shared.lock();
+                st.inbound_bytes < shared.inbound_limit
+                    && (st.pong_debt <= PONG_DEBT_BYTES || st.write_error.is_some())
+            })
             .await;
         let item = rx.next().await;
         {
@@ -722,7 +740,18 @@ where
                     });
                     continue;
                 }
-                Some(Ok(_)) => continue, // ping, pong: answered by tungstenite
+                Some(Ok(WsMessage::Ping(ping))) => {
+                    // tungstenite queued the pong; past the bound, have the
+                    // writer flush before reading on (above).
+                    st.pong_debt += ping.len() + 2;
+                    if st.pong_debt > PONG_DEBT_BYTES && !st.flush_pending {
+                        st.flush_pending = true;
+                        drop(st);
+                        shared.outbound_work.wake();
+                    }
+                    continue;
+                }
+                Some(Ok(_)) => continue, // pong, raw frame
                 // After the peer's close frame, how the transport ends (even
                 // without a TLS close_notify) no longer matters.
                 Some(Err(_)) | None if st.close_info.is_some() => break ErrorCode::Closed,
@@ -829,6 +858,12 @@ fn drive(shared: &Shared, cx: &mut Context<'_>) -> Poll<Result<Drained, tungsten
         let mut st = shared.lock();
         if st.outbound.is_empty() {
             st.flush_pending = false;
+            // The pongs queued so far are on the socket now.
+            if st.pong_debt > 0 {
+                st.pong_debt = 0;
+                drop(st);
+                shared.inbound_room.wake();
+            }
             return Poll::Ready(Ok(Drained::Idle));
         }
     }
@@ -889,6 +924,8 @@ async fn write_until_done(shared: &Arc<Shared>) {
                 }
                 shared.lock().write_error = Some(code);
                 shared.writable.wake();
+                // A reader paused on owed pongs reads on (to the end).
+                shared.inbound_room.wake();
                 // The read half still runs (the peer's close or a reset
                 // ends it); keep the socket until then.
                 shared

@@ -2,8 +2,9 @@
 //!
 //! ```text
 //! echo client URL [SUBPROTOCOL...]   echo every message until the peer closes
-//! echo server ADDR [MAX_CONNECTIONS] [poll-all]
-//!                                    accept streams and echo them (0 = forever)
+//! echo server ADDR [MAX_CONNECTIONS] [poll-all] [--tcp TCP_ADDR]
+//!                                    accept streams and echo them (0 = forever);
+//!                                    --tcp: also TCP byte streams on TCP_ADDR
 //! echo ping URL PHASE...             measure round trips against an echo server
 //! ```
 //!
@@ -21,6 +22,11 @@
 //! the old loop instead, which passes every stream's pollable to
 //! `wasi:io/poll` and pumps every stream on each wake-up (O(open streams)),
 //! kept so that `tether bench load` can show both in one run.
+//!
+//! With `--tcp TCP_ADDR` the readiness-set server also accepts TCP byte
+//! streams there and echoes their bytes; when the peer half-closes, it
+//! echoes what is left, half-closes too and drops the stream at once (the
+//! host delivers what is still queued). `MAX_CONNECTIONS` counts both kinds.
 
 use std::collections::VecDeque;
 use std::process::ExitCode;
@@ -28,7 +34,7 @@ use std::time::Instant;
 
 use tether_guest_sdk::{
     self as sdk, ErrorCode, Interest, ListenOptions, Message, MessageStream, Pollable,
-    ReadinessSet, websocket,
+    ReadinessSet, StreamError, tcp, websocket,
 };
 
 fn main() -> ExitCode {
@@ -36,20 +42,24 @@ fn main() -> ExitCode {
     let result = match args.get(1).map(String::as_str) {
         Some("client") if args.len() >= 3 => client(&args[2], &args[3..]),
         Some("server") if args.len() >= 3 => {
-            let max = args.get(3).and_then(|n| n.parse().ok()).unwrap_or(0);
-            if args.get(4).is_some_and(|m| m == "poll-all") {
+            let mut rest = args[3..].iter().map(String::as_str).peekable();
+            let max = rest
+                .next_if(|n| n.parse::<u64>().is_ok())
+                .map_or(0, |n| n.parse().unwrap());
+            let poll_all = rest.next_if_eq(&"poll-all").is_some();
+            let tcp = match (rest.next(), rest.next()) {
+                (Some("--tcp"), Some(addr)) if !poll_all => Some(addr),
+                (None, _) => None,
+                _ => return usage(),
+            };
+            if poll_all {
                 server_poll_all(&args[2], max)
             } else {
-                server(&args[2], max)
+                server(&args[2], max, tcp)
             }
         }
         Some("ping") if args.len() >= 4 => ping(&args[2], &args[3..]),
-        _ => {
-            eprintln!(
-                "usage: echo client URL [SUBPROTOCOL...] | echo server ADDR [MAX_CONNECTIONS] [poll-all] | echo ping URL PHASE..."
-            );
-            return ExitCode::from(2);
-        }
+        _ => return usage(),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -59,6 +69,13 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+fn usage() -> ExitCode {
+    eprintln!(
+        "usage: echo client URL [SUBPROTOCOL...] | echo server ADDR [MAX_CONNECTIONS] [poll-all] [--tcp TCP_ADDR] | echo ping URL PHASE..."
+    );
+    ExitCode::from(2)
 }
 
 fn client(url: &str, subprotocols: &[String]) -> Result<(), ErrorCode> {
@@ -112,6 +129,8 @@ fn listen(addr: &str) -> Result<websocket::Listener, ErrorCode> {
 
 /// The readiness-set key of the listener; streams use their slot index.
 const LISTENER_KEY: u64 = u64::MAX;
+/// The readiness-set key of the TCP listener (`--tcp`).
+const TCP_LISTENER_KEY: u64 = u64::MAX - 1;
 
 /// A stream being echoed: messages received but not sent yet wait in
 /// `pending` while the outbound buffer is full.
@@ -120,31 +139,155 @@ struct Echoing {
     pending: VecDeque<Message>,
 }
 
+/// A TCP byte stream being echoed: bytes read but not written yet wait in
+/// `pending` while the output stream grants nothing; `eof` once the peer
+/// half-closed.
+struct TcpEchoing {
+    conn: sdk::Connection,
+    pending: Vec<u8>,
+    eof: bool,
+}
+
+/// What a slot of the readiness-set server holds.
+enum Slot {
+    Ws(Echoing),
+    Tcp(TcpEchoing),
+}
+
+impl Slot {
+    /// Echoes what is ready; false once the stream is over (drop it).
+    fn pump(&mut self) -> bool {
+        match self {
+            Slot::Ws(c) => pump(&c.stream, &mut c.pending),
+            Slot::Tcp(c) => pump_tcp(c),
+        }
+    }
+
+    /// Whether the slot waits to send rather than to receive.
+    fn blocked(&self) -> bool {
+        match self {
+            Slot::Ws(c) => !c.pending.is_empty(),
+            Slot::Tcp(c) => !c.pending.is_empty(),
+        }
+    }
+
+    /// The interest of waiting to receive (`receive`) or to send, as the
+    /// stream's kind names it.
+    fn interest(&self, receive: bool) -> Interest {
+        match (self, receive) {
+            (Slot::Ws(_), true) => Interest::Receive,
+            (Slot::Ws(_), false) => Interest::Send,
+            (Slot::Tcp(_), true) => Interest::Read,
+            (Slot::Tcp(_), false) => Interest::Write,
+        }
+    }
+
+    /// Registers the stream under `key`, waiting to receive or to send.
+    fn register(&self, set: &ReadinessSet, receive: bool, key: u64) -> Result<(), ErrorCode> {
+        let on = self.interest(receive);
+        match self {
+            Slot::Ws(c) => set.register_message_stream(&c.stream, on, key),
+            Slot::Tcp(c) => set.register_byte_stream(&c.conn.stream, on, key),
+        }
+    }
+
+    fn deregister(&self, set: &ReadinessSet, receive: bool, key: u64) {
+        set.deregister(key, self.interest(receive));
+    }
+}
+
+/// Bytes read from a TCP stream at once.
+const TCP_READ_BYTES: u64 = 64 << 10;
+
+/// Moves what is ready through one TCP stream without blocking. Returns
+/// false once the stream is over: failed, or the peer half-closed and
+/// every byte was echoed (then this side half-closes too).
+fn pump_tcp(c: &mut TcpEchoing) -> bool {
+    loop {
+        while !c.pending.is_empty() {
+            match c.conn.output.check_write() {
+                Ok(0) => return true,
+                Ok(n) => {
+                    let n = (n as usize).min(c.pending.len());
+                    if c.conn.output.write(&c.pending[..n]).is_err() {
+                        return false;
+                    }
+                    c.pending.drain(..n);
+                }
+                Err(_) => return false,
+            }
+        }
+        if c.eof {
+            let _ = c.conn.stream.shutdown_send();
+            return false;
+        }
+        match c.conn.input.read(TCP_READ_BYTES) {
+            Ok(b) if b.is_empty() => return true,
+            Ok(b) => c.pending = b,
+            Err(StreamError::Closed) => c.eof = true,
+            Err(_) => return false,
+        }
+    }
+}
+
 /// Echo server on one readiness set: the listener under
-/// [`LISTENER_KEY`], each stream under its slot. A stream is registered
-/// for `receive` while it has nothing pending, and for `send` instead while
-/// its outbound buffer is full (so a stalled peer is not read from).
-fn server(addr: &str, max_connections: u64) -> Result<(), ErrorCode> {
+/// [`LISTENER_KEY`], the TCP listener (if any) under [`TCP_LISTENER_KEY`],
+/// each stream under its slot. A stream is registered for `receive`
+/// (`read`) while it has nothing pending, and for `send` (`write`) instead
+/// while its outbound buffer is full (so a stalled peer is not read from).
+fn server(addr: &str, max_connections: u64, tcp_addr: Option<&str>) -> Result<(), ErrorCode> {
     let listener = listen(addr)?;
     let set = ReadinessSet::new();
     set.register_listener(&listener, Interest::Accept, LISTENER_KEY)?;
+    let tcp_listener = match tcp_addr {
+        Some(a) => {
+            let l = tcp::listen(a)?;
+            eprintln!("echo: listening for TCP on {}", l.local_address());
+            set.register_byte_listener(&l, Interest::Accept, TCP_LISTENER_KEY)?;
+            Some(l)
+        }
+        None => None,
+    };
     let ready = set.subscribe();
-    let mut slots: Vec<Option<Echoing>> = Vec::new();
+    let mut slots: Vec<Option<Slot>> = Vec::new();
     let mut free: Vec<usize> = Vec::new();
     let mut finished = 0u64;
+    // Takes a free slot for a new stream and registers it for `receive`.
+    let add = |slots: &mut Vec<Option<Slot>>, free: &mut Vec<usize>, s: Slot| {
+        let slot = free.pop().unwrap_or_else(|| {
+            slots.push(None);
+            slots.len() - 1
+        });
+        s.register(&set, true, slot as u64)?;
+        slots[slot] = Some(s);
+        Ok::<(), ErrorCode>(())
+    };
     while max_connections == 0 || finished < max_connections {
         for (key, _) in sdk::wait_ready(&set, &ready, 256) {
             if key == LISTENER_KEY {
                 while let Some(stream) = listener.accept()? {
-                    let slot = free.pop().unwrap_or_else(|| {
-                        slots.push(None);
-                        slots.len() - 1
-                    });
-                    set.register_message_stream(&stream, Interest::Receive, slot as u64)?;
-                    slots[slot] = Some(Echoing {
+                    let s = Slot::Ws(Echoing {
                         stream,
                         pending: VecDeque::new(),
                     });
+                    add(&mut slots, &mut free, s)?;
+                }
+                continue;
+            }
+            if key == TCP_LISTENER_KEY {
+                let Some(l) = &tcp_listener else { continue };
+                while let Some((stream, input, output)) = l.accept()? {
+                    let conn = sdk::Connection {
+                        stream,
+                        input,
+                        output,
+                    };
+                    let s = Slot::Tcp(TcpEchoing {
+                        conn,
+                        pending: Vec::new(),
+                        eof: false,
+                    });
+                    add(&mut slots, &mut free, s)?;
                 }
                 continue;
             }
@@ -152,23 +295,18 @@ fn server(addr: &str, max_connections: u64) -> Result<(), ErrorCode> {
             let Some(c) = slots.get_mut(slot).and_then(Option::as_mut) else {
                 continue;
             };
-            let was_blocked = !c.pending.is_empty();
-            if !pump(&c.stream, &mut c.pending) {
+            let was_blocked = c.blocked();
+            if !c.pump() {
                 // Dropping the stream removes its registrations.
                 slots[slot] = None;
                 free.push(slot);
                 finished += 1;
                 continue;
             }
-            let blocked = !c.pending.is_empty();
+            let blocked = c.blocked();
             if blocked != was_blocked {
-                let (on, off) = if blocked {
-                    (Interest::Send, Interest::Receive)
-                } else {
-                    (Interest::Receive, Interest::Send)
-                };
-                set.deregister(key, off);
-                set.register_message_stream(&c.stream, on, key)?;
+                c.deregister(&set, !was_blocked, key);
+                c.register(&set, !blocked, key)?;
             }
         }
     }

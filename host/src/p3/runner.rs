@@ -10,8 +10,8 @@ use wasmtime::{CallHook, Config as EngineConfig, Engine, Store, StoreLimits, Sto
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
 use crate::runner::{
-    GuestIo, Outcome, RunError, Runaway, classify_trap, fail_streams_on_error, outcome,
-    precompile_cached, shutdown_deadline, wasi_ctx,
+    GuestIo, Outcome, RunError, Runaway, classify_trap, end_run, outcome, precompile_cached,
+    shutdown_deadline, wasi_ctx,
 };
 use crate::{Config, HostCtx, TetherCtx, TetherCtxView, TetherView};
 
@@ -138,7 +138,7 @@ impl Runner {
                 return Err(Runaway(max_run).into());
             }
             data.epoch_yield = true;
-            Ok(wasmtime::UpdateDeadline::Yield(1))
+            Ok(crate::runner::yield_to_runtime())
         });
         store.set_epoch_deadline(1);
         let guest = async {
@@ -158,12 +158,7 @@ impl Runner {
             result = tracing::Instrument::instrument(guest, span.clone()) => result,
             stopped = shutdown_deadline(&self.host) => Err(stopped),
         };
-        self.host.metrics.guest_finished(&result);
-        tracing::Instrument::instrument(
-            fail_streams_on_error(&mut store.data_mut().tether, &result),
-            span,
-        )
-        .await;
+        end_run(&self.host, &mut store.data_mut().tether, &result, span).await;
         drop(store);
         drop(running);
         outcome(result, pipes, started)

@@ -622,3 +622,86 @@ async fn handshakes_past_the_bound_are_refused_at_once() {
     .await
     .expect("test deadline");
 }
+
+/// This process's resident set, bytes (the host runs in it).
+fn rss_bytes() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let kib: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .expect("VmRSS in /proc/self/status");
+    kib * 1024
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_ping_flood_from_a_peer_that_never_reads_is_pushed_back() {
+    // Every ping is owed a pong (RFC 6455 section 5.5.2). A peer that pings
+    // as fast as it can and never reads must be pushed back by TCP once
+    // the pongs owed to it reach PONG_DEBT_BYTES, not grow the host's
+    // write buffer (up to the maximal message plus 1 MiB: 65 MiB per
+    // connection by default, before this bound).
+    tokio::time::timeout(Duration::from_secs(120), async {
+        let runner = runner(local_config());
+        let listen = format!("127.0.0.1:{}", closed_port());
+        let guest = probe(&runner, &["ws-serve-hold", &listen, "0"]);
+        let peer = peer_runtime().spawn({
+            let addr: SocketAddr = listen.parse().unwrap();
+            async move {
+                let mut tcp = raw_upgrade(addr).await;
+                let ping = frame(0x89, &[0x70; 125], true);
+                let batch: Vec<u8> = ping
+                    .iter()
+                    .copied()
+                    .cycle()
+                    .take(ping.len() * 512)
+                    .collect();
+                let rss0 = rss_bytes();
+                let (mut sent, mut peak) = (0usize, 0u64);
+                let pushed_back = loop {
+                    peak = peak.max(rss_bytes().saturating_sub(rss0));
+                    if sent >= 160 << 20 {
+                        break false;
+                    }
+                    match tokio::time::timeout(Duration::from_secs(1), tcp.write_all(&batch)).await
+                    {
+                        Ok(r) => r.unwrap(),
+                        Err(_) => break true,
+                    }
+                    sent += batch.len();
+                };
+                peak = peak.max(rss_bytes().saturating_sub(rss0));
+                // Read what the host owes, then close cleanly.
+                let mut pongs = 0usize;
+                let mut buf = vec![0u8; 1 << 16];
+                while let Ok(Ok(n)) =
+                    tokio::time::timeout(Duration::from_millis(300), tcp.read(&mut buf)).await
+                {
+                    if n == 0 {
+                        break;
+                    }
+                    pongs += n;
+                }
+                let _ = tcp
+                    .write_all(&frame(0x88, &close_payload(1000, ""), true))
+                    .await;
+                (pushed_back, sent, peak, pongs)
+            }
+        });
+        let (out, peer) = tokio::join!(guest, peer);
+        let (pushed_back, sent, peak, pongs) = peer.unwrap();
+        assert!(
+            pushed_back,
+            "the host read {sent} bytes of pings without pushing back"
+        );
+        assert!(
+            peak < 16 << 20,
+            "host memory grew {peak} bytes under the ping flood ({sent} bytes of pings)"
+        );
+        assert!(pongs > 0, "no pong came back");
+        assert!(out.success(), "{}", show(&out));
+    })
+    .await
+    .expect("test deadline");
+}

@@ -320,7 +320,11 @@ struct Peer {
     /// Remote id -> our id, for channels both sides know.
     by_remote: HashMap<u32, u32>,
     /// DATA the peer sent to an id it guessed, accepted on a channel whose
-    /// OPEN SUCCESS is still on its way (its window is counted from there).
+    /// OPEN SUCCESS is still on its way (its window is counted from there),
+    /// by the peer's (remote) id of that channel. Keyed by remote id, not
+    /// by ours: our id may still name an older channel in the peer's view
+    /// (its CLOSE still on its way) while the session already reused it
+    /// (JMUX spec: an id is free once CLOSE went both ways).
     early: HashMap<u32, u64>,
     next_remote: u32,
 }
@@ -361,7 +365,7 @@ impl Peer {
                     .expect("OPEN SUCCESS answers an OPEN of the peer, once");
                 assert_eq!(maximum_packet_size, config.max_packet_size);
                 assert!(initial_window_size > 0 && initial_window_size <= config.initial_window);
-                let early = self.early.remove(&sender_channel_id).unwrap_or(0);
+                let early = self.early.remove(&recipient_channel_id).unwrap_or(0);
                 self.forget(sender_channel_id);
                 self.by_remote
                     .insert(recipient_channel_id, sender_channel_id);
@@ -457,7 +461,6 @@ impl Peer {
             self.by_remote.remove(&v.remote);
         }
         self.pending_opens.retain(|(o, _)| *o != id);
-        self.early.remove(&id);
     }
 }
 
@@ -818,9 +821,16 @@ pub fn session(data: &[u8]) {
                         if accepts {
                             let c = before.expect("accepted");
                             assert!(len as u64 <= c.recv_window);
+                            // Charged to the channel that holds the id in
+                            // the session now. The peer's view of the id
+                            // may be an older channel, closed both ways in
+                            // the session but its CLOSE not yet delivered;
+                            // then the DATA counts for the new channel,
+                            // whose OPEN SUCCESS is still on its way.
+                            let remote = c.remote_id.expect("an open channel knows its peer id");
                             match h.peer.chans.get_mut(&id) {
-                                Some(v) => v.window -= len as i64,
-                                None => *h.peer.early.entry(id).or_default() += len as u64,
+                                Some(v) if v.remote == remote => v.window -= len as i64,
+                                _ => *h.peer.early.entry(remote).or_default() += len as u64,
                             }
                         }
                     }

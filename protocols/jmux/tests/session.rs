@@ -524,6 +524,63 @@ fn peer_close_is_answered_and_stops_writing() {
     );
 }
 
+/// An id is free once CLOSE went both ways (JMUX spec, "Channel life
+/// cycle"); our CLOSE counts as sent once queued, because everything for
+/// the id's next channel is written after it. DATA the peer sends to the
+/// id before it could know the new channel (a guess, after its own CLOSE)
+/// is charged to the channel that holds the id, within its window: the
+/// case the `session` fuzz target found its peer model wrong on.
+#[test]
+fn a_reused_id_writes_the_old_close_first_and_charges_guessed_data_to_the_new_channel() {
+    let mut h = Harness::new(Config {
+        initial_window: 2000,
+        ..Config::default()
+    });
+    let old = h.open_ok(9, 1000, 4096);
+    h.feed(&[Message::Close {
+        recipient_channel_id: old.0,
+    }])
+    .unwrap();
+    assert_eq!(h.events(), vec![Event::Closed { id: old }]);
+    assert!(h.s.channel(old).is_none(), "freed with our CLOSE queued");
+    h.feed(&[Message::Open {
+        sender_channel_id: 20,
+        initial_window_size: 1000,
+        maximum_packet_size: 4096,
+        destination_url: "tcp://10.0.0.1:80".into(),
+    }])
+    .unwrap();
+    assert!(matches!(
+        h.events().as_slice(),
+        [Event::OpenRequest { id, .. }] if *id == old
+    ));
+    h.s.accept(old).unwrap();
+    let granted = h.s.channel(old).unwrap().recv_window;
+    h.feed(&[data(old.0, &[7; 100])]).unwrap();
+    let info = h.s.channel(old).unwrap();
+    assert_eq!(info.remote_id, Some(20));
+    assert_eq!((info.readable, info.recv_window), (100, granted - 100));
+    let out = h.output();
+    assert!(
+        matches!(
+            out.as_slice(),
+            [
+                Message::Close { recipient_channel_id: 9 },
+                Message::OpenSuccess { recipient_channel_id: 20, sender_channel_id, initial_window_size, .. },
+            ] if *sender_channel_id == old.0 && u64::from(*initial_window_size) == granted
+        ),
+        "{out:?}"
+    );
+    // The guessed DATA counts against the window granted: one byte more
+    // than what is left is fatal.
+    assert_eq!(granted, 2000);
+    h.feed(&[data(old.0, &[7; 1900])]).unwrap();
+    assert!(matches!(
+        h.feed(&[data(old.0, &[7])]),
+        Err(SessionError::WindowExceeded { .. })
+    ));
+}
+
 #[test]
 fn abort_sends_close_at_once_without_eof() {
     let mut h = Harness::new(Config::default());
