@@ -140,6 +140,27 @@ impl<T: Send + 'static> AcceptQueue<T> {
         }
     }
 
+    /// Waits for the next item (the async interface's `accept`).
+    /// Cancel-safe: the item leaves the queue only when this returns it.
+    /// Errors: `closed` once the host shut down or the listener was
+    /// dropped, and every item accepted before was taken.
+    pub(crate) async fn next(&self) -> Result<T, ErrorCode> {
+        loop {
+            self.accepted
+                .wait_until(|| {
+                    let st = self.lock();
+                    !st.ready.is_empty() || st.stopped || st.closed
+                })
+                .await;
+            if let Some(item) = self.take()? {
+                return Ok(item);
+            }
+            if self.lock().closed {
+                return Err(ErrorCode::Closed);
+            }
+        }
+    }
+
     /// The guest dropped the listener: stops accepting, drops what nobody
     /// took (outside the lock: dropping an item runs its own drop code)
     /// and makes the listener's pollables ready (they may outlive it).

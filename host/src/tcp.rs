@@ -42,6 +42,8 @@ struct WriteState {
     /// The output stream was dropped: drain (for at most the linger), then
     /// end the task.
     dropped: bool,
+    /// The FIN went out (every queued byte was sent before it).
+    finished: bool,
     error: Option<String>,
 }
 
@@ -75,10 +77,49 @@ impl Writer {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// Half-closes now (FIN) and tells the guest side.
     fn shutdown_now(&self) {
         if let Err(e) = socket2::SockRef::from(&*self.stream).shutdown(std::net::Shutdown::Write) {
             tracing::debug!("shutdown(SHUT_WR) failed: {e}");
         }
+        self.lock().finished = true;
+        self.progress.wake();
+    }
+
+    /// Takes `data` (at most the permit, checked by the caller): straight
+    /// to the socket when nothing is queued (no task hop), the rest queued
+    /// for the writer task. `own` turns the unsent tail `data[n..]` into
+    /// [`Bytes`] (a slice of the caller's buffer, or a copy). Errors: the
+    /// socket failed (the error is kept for later calls too).
+    fn write_with(
+        &self,
+        mut st: MutexGuard<'_, WriteState>,
+        data: &[u8],
+        own: impl FnOnce(usize) -> Bytes,
+    ) -> io::Result<()> {
+        self.sent_bytes.inc_by(data.len() as u64);
+        let mut sent = 0;
+        if st.queued == 0 {
+            match self.stream.try_write(data) {
+                Ok(n) => sent = n,
+                Err(e)
+                    if e.kind() == io::ErrorKind::WouldBlock
+                        || e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    st.error = Some(e.to_string());
+                    return Err(e);
+                }
+            }
+        }
+        if sent < data.len() {
+            let rest = own(sent);
+            st.queued += rest.len();
+            self.stats.tcp_queued(rest.len(), st.queued);
+            st.queue.push_back(rest);
+            drop(st);
+            self.work.wake();
+        }
+        Ok(())
     }
 
     /// Half-closes once every queued byte is sent (`shutdown-send`).
@@ -226,8 +267,9 @@ async fn send_queued(writer: &Writer) {
     }
 }
 
-/// The output half of a connection (a `wasi:io` output-stream).
-struct TcpOutput(Arc<Writer>);
+/// The output half of a connection (a `wasi:io` output-stream, or the
+/// async interface's outgoing `stream<u8>`).
+pub(crate) struct TcpOutput(Arc<Writer>);
 
 impl Drop for TcpOutput {
     fn drop(&mut self) {
@@ -240,36 +282,15 @@ impl Drop for TcpOutput {
 impl OutputStream for TcpOutput {
     fn write(&mut self, bytes: Bytes) -> StreamResult<()> {
         let w = &self.0;
-        let mut st = w.lock();
+        let st = w.lock();
         let permit = w.permit(&st)?;
         if bytes.len() > permit {
             return Err(StreamError::trap(
                 "write exceeds the permit from check-write",
             ));
         }
-        w.sent_bytes.inc_by(bytes.len() as u64);
-        let mut rest = bytes;
-        if st.queued == 0 {
-            // Fast path: straight to the socket, no task hop.
-            match w.stream.try_write(&rest) {
-                Ok(n) => rest = rest.slice(n..),
-                Err(e)
-                    if e.kind() == io::ErrorKind::WouldBlock
-                        || e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => {
-                    st.error = Some(e.to_string());
-                    return Err(StreamError::LastOperationFailed(e.into()));
-                }
-            }
-        }
-        if !rest.is_empty() {
-            st.queued += rest.len();
-            w.stats.tcp_queued(rest.len(), st.queued);
-            st.queue.push_back(rest);
-            drop(st);
-            w.work.wake();
-        }
-        Ok(())
+        w.write_with(st, &bytes, |n| bytes.slice(n..))
+            .map_err(|e| StreamError::LastOperationFailed(e.into()))
     }
 
     fn flush(&mut self) -> StreamResult<()> {
@@ -292,15 +313,85 @@ impl OutputStream for TcpOutput {
 #[async_trait::async_trait]
 impl Pollable for TcpOutput {
     async fn ready(&mut self) {
-        let w = &self.0;
-        w.progress
-            .wait_until(|| !matches!(w.permit(&w.lock()), Ok(0)))
-            .await;
+        self.room().await;
     }
 }
 
-/// The input half of a connection (a `wasi:io` input-stream).
-struct TcpInput {
+/// The output half seen from the async interface (`stream<u8>`, see
+/// `crate::p3::tcp`): the same writer, buffer bound and linger.
+impl TcpOutput {
+    /// Resolves once a write can take at least one byte, or the half
+    /// failed or was shut down.
+    pub(crate) fn room(&self) -> impl Future<Output = ()> + Send + 'static + use<> {
+        let w = self.0.clone();
+        async move {
+            w.progress
+                .wait_until(|| !matches!(w.permit(&w.lock()), Ok(0)))
+                .await;
+        }
+    }
+
+    /// Whether a write takes at least one byte now, or fails.
+    pub(crate) fn has_room(&self) -> bool {
+        !matches!(self.0.permit(&self.0.lock()), Ok(0))
+    }
+
+    /// Takes up to the permit (at most `tcp_write_buffer_bytes` minus what
+    /// is queued) from `data`; returns how many bytes it took (0 when the
+    /// buffer is full). Errors: the connection failed, or the half was
+    /// shut down (`closed`).
+    pub(crate) fn write_some(&self, data: &[u8]) -> Result<usize, ErrorCode> {
+        let w = &self.0;
+        let st = w.lock();
+        let permit = match w.permit(&st) {
+            Ok(n) => n,
+            Err(StreamError::Closed) => return Err(ErrorCode::Closed),
+            Err(_) => return Err(write_error(&st)),
+        };
+        let take = permit.min(data.len());
+        if take == 0 {
+            return Ok(0);
+        }
+        let data = &data[..take];
+        w.write_with(st, data, |n| Bytes::copy_from_slice(&data[n..]))
+            .map_err(|e| net::io_error(&e))?;
+        Ok(take)
+    }
+
+    /// Half-closes once every byte written before was sent.
+    pub(crate) fn shutdown(&self) {
+        // An error already ended the half: nothing to half-close.
+        let _ = self.0.request_shutdown();
+    }
+
+    /// Resolves once the half is over: `ok` once every byte was sent and
+    /// the FIN went out, the error that ended it otherwise.
+    pub(crate) fn finished(&self) -> impl Future<Output = Result<(), ErrorCode>> + Send + use<> {
+        let w = self.0.clone();
+        async move {
+            w.progress
+                .wait_until(|| {
+                    let st = w.lock();
+                    st.finished || st.error.is_some()
+                })
+                .await;
+            let st = w.lock();
+            if st.error.is_some() {
+                Err(write_error(&st))
+            } else {
+                Ok(())
+            }
+        }
+    }
+}
+
+fn write_error(st: &WriteState) -> ErrorCode {
+    ErrorCode::Other(st.error.clone().unwrap_or_else(|| "write failed".into()))
+}
+
+/// The input half of a connection (a `wasi:io` input-stream, or the
+/// async interface's incoming `stream<u8>`).
+pub(crate) struct TcpInput {
     stream: Arc<TcpStream>,
     /// `tether_received_bytes_total{interface="tcp"}`.
     received_bytes: prometheus_client::metrics::counter::Counter,
@@ -355,12 +446,22 @@ impl Pollable for TcpInput {
     /// "readable"; a one-byte `MSG_PEEK` checks, and its `WouldBlock` clears
     /// the stale readiness before waiting again.
     async fn ready(&mut self) {
+        std::future::poll_fn(|cx| self.poll_ready(cx)).await
+    }
+}
+
+impl TcpInput {
+    /// Ready once a read returns at least one byte, EOF or an error.
+    pub(crate) fn poll_ready(&self, cx: &mut std::task::Context<'_>) -> std::task::Poll<()> {
+        use std::task::Poll;
         if self.closed {
-            return;
+            return Poll::Ready(());
         }
         loop {
-            if self.stream.readable().await.is_err() {
-                return; // the read reports the error
+            match self.stream.poll_read_ready(cx) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(Err(_)) => return Poll::Ready(()), // the read reports it
+                Poll::Ready(Ok(())) => {}
             }
             let mut probe = [std::mem::MaybeUninit::<u8>::uninit(); 1];
             let sock = socket2::SockRef::from(&*self.stream);
@@ -369,12 +470,47 @@ impl Pollable for TcpInput {
                 .try_io(tokio::io::Interest::READABLE, || sock.peek(&mut probe))
             {
                 // One byte or more (n > 0), or EOF (n == 0).
-                Ok(_) => return,
+                Ok(_) => return Poll::Ready(()),
                 Err(e)
                     if e.kind() == io::ErrorKind::WouldBlock
                         || e.kind() == io::ErrorKind::Interrupted => {}
                 // A socket error: the next read reports it.
-                Err(_) => return,
+                Err(_) => return Poll::Ready(()),
+            }
+        }
+    }
+
+    /// Reads at most `tcp_read_chunk_bytes` into `buf` straight from the
+    /// socket: `Ok(0)` is EOF. Pending (the waker registered) while the
+    /// socket has nothing.
+    pub(crate) fn poll_read(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut [u8],
+    ) -> std::task::Poll<io::Result<usize>> {
+        use std::task::Poll;
+        if self.closed {
+            return Poll::Ready(Ok(0));
+        }
+        let want = buf.len().min(self.chunk);
+        loop {
+            if let Err(e) = std::task::ready!(self.stream.poll_read_ready(cx)) {
+                self.closed = true;
+                return Poll::Ready(Err(e));
+            }
+            match self.stream.try_read(&mut buf[..want]) {
+                Ok(n) => {
+                    self.closed = n == 0;
+                    self.received_bytes.inc_by(n as u64);
+                    return Poll::Ready(Ok(n));
+                }
+                Err(e)
+                    if e.kind() == io::ErrorKind::WouldBlock
+                        || e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    self.closed = true;
+                    return Poll::Ready(Err(e));
+                }
             }
         }
     }
@@ -409,6 +545,16 @@ pub fn open(
     ctx: &HostCtx,
     direction: Direction,
 ) -> Result<Connection, ErrorCode> {
+    let (stream, input, output) = open_halves(stream, ctx, direction)?;
+    Ok((stream, Box::new(input), Box::new(output)))
+}
+
+/// [`open`], with the two halves unboxed (for either ABI).
+pub(crate) fn open_halves(
+    stream: TcpStream,
+    ctx: &HostCtx,
+    direction: Direction,
+) -> Result<(ByteStream, TcpInput, TcpOutput), ErrorCode> {
     let peer = stream.peer_addr().map_err(|e| net::io_error(&e))?;
     let local = stream.local_addr().map_err(|e| net::io_error(&e))?;
     let stream = Arc::new(stream);
@@ -429,14 +575,14 @@ pub fn open(
     let span =
         tracing::info_span!("connection", interface = "tcp", %peer, direction = direction.as_str());
     tokio::spawn(tracing::Instrument::instrument(drain(writer.clone()), span));
-    let input: DynInputStream = Box::new(TcpInput {
+    let input = TcpInput {
         stream,
         received_bytes: ctx.metrics.tcp.received_bytes.clone(),
         _open: open,
         chunk: limits.tcp_read_chunk_bytes.max(1),
         closed: false,
-    });
-    let output: DynOutputStream = Box::new(TcpOutput(writer.clone()));
+    };
+    let output = TcpOutput(writer.clone());
     Ok((
         ByteStream {
             writer,
@@ -470,6 +616,16 @@ impl ByteStream {
     /// Half-closes once every written byte is sent.
     pub fn shutdown_send(&self) -> Result<(), ErrorCode> {
         self.writer.request_shutdown()
+    }
+
+    /// The peer's address.
+    pub fn peer_addr(&self) -> SocketAddr {
+        self.peer
+    }
+
+    /// The local address.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local
     }
 }
 
@@ -514,6 +670,27 @@ impl ByteListener {
     /// The bound address.
     pub fn local_addr(&self) -> SocketAddr {
         self.local
+    }
+
+    /// Waits for the next accepted connection and opens it (for the async
+    /// interface). Cancel-safe: a connection leaves the queue only when
+    /// this returns it. Errors: `closed` once the host shut down (or the
+    /// listener was dropped) and every connection accepted before was
+    /// taken.
+    pub(crate) fn next(
+        &self,
+    ) -> impl Future<Output = Result<(ByteStream, TcpInput, TcpOutput), ErrorCode>> + Send + use<>
+    {
+        let (ctx, queue) = (self.ctx.clone(), self.queue.clone());
+        async move {
+            loop {
+                let tcp = queue.next().await?;
+                match open_halves(tcp, &ctx, Direction::Inbound) {
+                    Ok(conn) => return Ok(conn),
+                    Err(e) => tracing::debug!("accepted connection already gone: {e:?}"),
+                }
+            }
+        }
     }
 
     /// Where a readiness set watches `accept`.

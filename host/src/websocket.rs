@@ -1402,6 +1402,16 @@ impl Listener {
     pub fn accept(&self) -> Result<Option<MessageStream>, ErrorCode> {
         self.queue.take()
     }
+
+    /// Waits for the next accepted stream (the async interface's
+    /// `accept`). Cancel-safe: a stream leaves the queue only when this
+    /// returns it. Errors: as [`Listener::accept`].
+    pub(crate) fn next(
+        &self,
+    ) -> impl Future<Output = Result<MessageStream, ErrorCode>> + Send + use<> {
+        let queue = self.queue.clone();
+        async move { queue.next().await }
+    }
 }
 
 /// The `future-message-stream` resource.

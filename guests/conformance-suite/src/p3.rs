@@ -13,8 +13,12 @@ wit_bindgen::generate!({
     world: "tether:streams-async/command",
 });
 
+use tether::streams_async::tcp;
 use tether::streams_async::types::ErrorCode;
-use tether::streams_async::websocket::{self, ConnectOptions, Message, MessageStream};
+use tether::streams_async::websocket::{
+    self, ConnectOptions, ListenOptions, Message, MessageStream,
+};
+use wit_bindgen::{FutureReader, StreamReader, StreamResult, StreamWriter};
 
 struct Suite;
 
@@ -243,6 +247,20 @@ async fn run_case(name: &str, p: &Peer) -> Outcome {
             }
         }
         "wake-ups.first-message-under-1ms" => first_message_latency(p).await,
+        "byte-stream.echo" => tcp_echo(p).await,
+        "byte-stream.half-close" => tcp_half_close(p).await,
+        "byte-stream.large-in-order" => tcp_large(p).await,
+        "byte-stream.refused" => tcp_refused(p).await,
+        "byte-stream.denied" => tcp_denied().await,
+        "byte-stream.listener-accept" => tcp_listener().await,
+        "byte-stream.slow-sink-backpressure" => tcp_slow_sink(p).await,
+        "byte-stream.reset-by-peer" => tcp_reset(p).await,
+        "listener.accept-websocket" => ws_listener().await,
+        "listener.reject-bad-handshake" => ws_listener_bad_handshake().await,
+        "listener.subprotocol-selected" => ws_listener_subprotocol().await,
+        "listener.denied-bind" => denied_bind(),
+        // Not a conformance case: for host tests with peers of their own.
+        "test.tcp-send" => tcp_send(p).await,
         other => Err(format!("unsupported on the async interface: {other}")),
     }
 }
@@ -922,4 +940,408 @@ async fn first_message_latency(p: &Peer) -> Outcome {
         median / 1000,
         us.join(", ")
     ))
+}
+
+// ---- byte streams ---------------------------------------------------------------
+
+/// A TCP connection with both halves taken: the outgoing `stream<u8>`
+/// (dropping the writer half-closes) and the incoming one, each with the
+/// future that reports how it ended.
+struct Tcp {
+    stream: tcp::ByteStream,
+    tx: Option<StreamWriter<u8>>,
+    sent: Option<FutureReader<Result<(), ErrorCode>>>,
+    rx: StreamReader<u8>,
+    received: Option<FutureReader<Result<(), ErrorCode>>>,
+}
+
+impl Tcp {
+    fn new(stream: tcp::ByteStream) -> Tcp {
+        let (tx, data) = wit_stream::new::<u8>();
+        let sent = stream.send(data);
+        let (rx, received) = stream.receive();
+        Tcp {
+            stream,
+            tx: Some(tx),
+            sent: Some(sent),
+            rx,
+            received: Some(received),
+        }
+    }
+
+    async fn write_all(&mut self, bytes: Vec<u8>) -> Result<(), String> {
+        let tx = self.tx.as_mut().ok_or("the outgoing stream was ended")?;
+        let left = tx.write_all(bytes).await;
+        ensure!(
+            left.is_empty(),
+            "{} bytes not taken: the outgoing stream ended",
+            left.len()
+        );
+        Ok(())
+    }
+
+    /// Ends the outgoing stream (half-close) and waits for its result.
+    async fn shutdown(&mut self) -> Result<(), String> {
+        self.tx = None;
+        match self.sent.take() {
+            Some(f) => f
+                .await
+                .map_err(|e| format!("send ended with {}", describe(&e))),
+            None => Ok(()),
+        }
+    }
+
+    /// Reads until `n` bytes arrived or the stream ended.
+    async fn read_up_to(&mut self, n: usize) -> Result<Vec<u8>, String> {
+        let mut got = Vec::new();
+        while got.len() < n {
+            let want = (n - got.len()).min(64 << 10);
+            let (result, buf) = self.rx.read(Vec::with_capacity(want)).await;
+            match result {
+                StreamResult::Complete(_) => got.extend_from_slice(&buf),
+                StreamResult::Dropped => break,
+                StreamResult::Cancelled => return Err("read cancelled".into()),
+            }
+        }
+        Ok(got)
+    }
+
+    /// How the incoming half ended (after `read_up_to` saw its end).
+    async fn received(&mut self) -> Result<(), ErrorCode> {
+        match self.received.take() {
+            Some(f) => f.await,
+            None => Ok(()),
+        }
+    }
+}
+
+async fn tcp_open(addr: &str) -> Result<Tcp, String> {
+    tcp::connect(addr.to_string())
+        .await
+        .map(Tcp::new)
+        .map_err(|e| format!("connect {addr}: {}", describe(&e)))
+}
+
+async fn tcp_echo(p: &Peer) -> Outcome {
+    let mut c = tcp_open(p.addr("tcp-echo")).await?;
+    let msg = b"hello tether byte stream";
+    c.write_all(msg.to_vec()).await?;
+    let back = c.read_up_to(msg.len()).await?;
+    ensure!(back == msg, "echo differs: {back:?}");
+    ensure!(
+        c.stream.peer_address() == p.addr("tcp-echo"),
+        "peer-address {}",
+        c.stream.peer_address()
+    );
+    Ok(format!("local {}", c.stream.local_address()))
+}
+
+fn tcp_pattern(from: usize, n: usize) -> Vec<u8> {
+    (from..from + n).map(|i| (i % 251) as u8).collect()
+}
+
+async fn tcp_half_close(p: &Peer) -> Outcome {
+    let mut c = tcp_open(p.addr("tcp-echo")).await?;
+    let data = tcp_pattern(0, 100_000);
+    c.write_all(data.clone()).await?;
+    c.shutdown().await?;
+    let back = c.read_up_to(usize::MAX).await?;
+    ensure!(
+        back == data,
+        "got {} bytes back, expected {}",
+        back.len(),
+        data.len()
+    );
+    c.received()
+        .await
+        .map_err(|e| format!("receive ended with {}", describe(&e)))?;
+    // A second `send` is refused: the outgoing half was taken.
+    let (_tx, data) = wit_stream::new::<u8>();
+    match c.stream.send(data).await {
+        Err(ErrorCode::InvalidArgument(_)) => {}
+        other => return Err(format!("a second send gave {other:?}")),
+    }
+    Ok("100000 bytes, end of the outgoing stream (FIN), then the peer's echo and FIN".into())
+}
+
+async fn tcp_large(p: &Peer) -> Outcome {
+    let c = tcp_open(p.addr("tcp-echo")).await?;
+    let total = 8usize << 20;
+    let t0 = Instant::now();
+    let Tcp {
+        stream: _stream,
+        tx,
+        sent,
+        mut rx,
+        received: _received,
+    } = c;
+    let writer = async move {
+        let mut tx = tx.ok_or("no writer")?;
+        let mut written = 0;
+        while written < total {
+            let n = (total - written).min(65536);
+            let left = tx.write_all(tcp_pattern(written, n)).await;
+            ensure!(left.is_empty(), "outgoing stream ended at {written}");
+            written += n;
+        }
+        drop(tx);
+        match sent {
+            Some(f) => f.await.map_err(|e| describe(&e)),
+            None => Ok(()),
+        }
+    };
+    let reader = async {
+        let mut read = 0usize;
+        loop {
+            let (result, buf) = rx.read(Vec::with_capacity(65536)).await;
+            match result {
+                StreamResult::Complete(_) => {
+                    for (k, byte) in buf.iter().enumerate() {
+                        ensure!(
+                            *byte == ((read + k) % 251) as u8,
+                            "byte {} out of order",
+                            read + k
+                        );
+                    }
+                    read += buf.len();
+                }
+                StreamResult::Dropped => break,
+                StreamResult::Cancelled => return Err("read cancelled".into()),
+            }
+        }
+        Ok(read)
+    };
+    let (w, r) = futures::future::join(writer, reader).await;
+    w?;
+    let read = r?;
+    ensure!(read == total, "read {read} of {total}");
+    Ok(format!(
+        "8 MiB through the echo in order, in {:?}",
+        t0.elapsed()
+    ))
+}
+
+/// Sends `bytes` bytes (peer key; the pattern byte i = i % 251) to the
+/// peer at `tcp-target` in 1 MiB writes, ends the outgoing stream and
+/// waits for the `send` future.
+async fn tcp_send(p: &Peer) -> Outcome {
+    let total: usize = p
+        .addr("bytes")
+        .parse()
+        .map_err(|_| "peer key `bytes` is not a number")?;
+    let mut c = tcp_open(p.addr("tcp-target")).await?;
+    let t0 = Instant::now();
+    let mut written = 0;
+    while written < total {
+        let n = (total - written).min(1 << 20);
+        c.write_all(tcp_pattern(written, n)).await?;
+        written += n;
+    }
+    c.shutdown().await?;
+    Ok(format!("sent {written} in {:?}", t0.elapsed()))
+}
+
+async fn tcp_refused(p: &Peer) -> Outcome {
+    match tcp::connect(p.addr("closed").to_string()).await {
+        Err(e @ ErrorCode::ConnectionRefused(_)) => Ok(describe(&e)),
+        Err(e) => Err(describe(&e)),
+        Ok(_) => Err("connected to a closed port".into()),
+    }
+}
+
+async fn tcp_denied() -> Outcome {
+    for addr in ["10.0.0.1:80", "127.0.0.2:80"] {
+        let t0 = Instant::now();
+        match tcp::connect(addr.to_string()).await {
+            Err(ErrorCode::Denied(_)) => ensure!(
+                t0.elapsed() < Duration::from_millis(100),
+                "{addr}: denied only after {:?}",
+                t0.elapsed()
+            ),
+            Err(e) => return Err(format!("{addr}: {}", describe(&e))),
+            Ok(_) => return Err(format!("{addr}: not denied")),
+        }
+    }
+    match tcp::connect("no-port".to_string()).await {
+        Err(ErrorCode::InvalidUrl(_)) => Ok("denied at once; bad address is invalid-url".into()),
+        other => Err(format!("no-port: {:?}", other.err())),
+    }
+}
+
+async fn tcp_listener() -> Outcome {
+    let listener = tcp::listen("127.0.0.1:0").map_err(|e| describe(&e))?;
+    let addr = listener.local_address();
+    let (client, server) = futures::future::join(tcp_open(&addr), listener.accept()).await;
+    let mut client = client?;
+    let mut server = Tcp::new(server.map_err(|e| format!("accept: {}", describe(&e)))?);
+    ensure!(
+        server.stream.peer_address() == client.stream.local_address(),
+        "addresses do not match"
+    );
+    client.write_all(b"ping".to_vec()).await?;
+    ensure!(server.read_up_to(4).await? == b"ping", "server side read");
+    server.write_all(b"pong".to_vec()).await?;
+    ensure!(client.read_up_to(4).await? == b"pong", "client side read");
+    Ok(format!("accepted on {addr}"))
+}
+
+async fn tcp_slow_sink(p: &Peer) -> Outcome {
+    let mut c = tcp_open(p.addr("tcp-sink")).await?;
+    let total = 8usize << 20;
+    let chunk = 1 << 20;
+    let tx = c.tx.as_mut().ok_or("no writer")?;
+    let (mut written, mut partial, mut max_taken) = (0usize, 0usize, 0usize);
+    while written < total {
+        let offered = (total - written).min(chunk);
+        let (result, _rest) = tx.write(tcp_pattern(written, offered)).await;
+        let n = match result {
+            StreamResult::Complete(n) => n,
+            other => return Err(format!("write at {written}: {other:?}")),
+        };
+        max_taken = max_taken.max(n);
+        partial += usize::from(n < offered);
+        written += n;
+    }
+    ensure!(
+        max_taken <= 256 << 10,
+        "one write took {max_taken} bytes, over the 256 KiB bound"
+    );
+    ensure!(
+        partial > 0,
+        "every write of {chunk} bytes was taken whole by a slow sink"
+    );
+    c.shutdown().await?;
+    let reply = c.read_up_to(usize::MAX).await?;
+    let reply = String::from_utf8_lossy(&reply).trim().to_string();
+    ensure!(reply == format!("received {total} ok"), "sink: {reply}");
+    Ok(format!(
+        "{reply}; {partial} writes taken in part, at most {max_taken} bytes each"
+    ))
+}
+
+async fn tcp_reset(p: &Peer) -> Outcome {
+    // The reset may already be there when the connect completes.
+    let mut c = match tcp::connect(p.addr("tcp-reset").to_string()).await {
+        Ok(s) => Tcp::new(s),
+        Err(e @ (ErrorCode::Other(_) | ErrorCode::ProtocolError(_))) => {
+            return Ok(format!("connect failed: {}", describe(&e)));
+        }
+        Err(e) => return Err(format!("connect: {}", describe(&e))),
+    };
+    let t0 = Instant::now();
+    let got = c.read_up_to(usize::MAX).await?;
+    ensure!(
+        got.is_empty(),
+        "read {} bytes from a resetting peer",
+        got.len()
+    );
+    let end = match c.received().await {
+        Ok(()) => "closed".to_string(),
+        Err(e) => format!("failed: {}", describe(&e)),
+    };
+    Ok(format!("read ended ({end}) after {:?}", t0.elapsed()))
+}
+
+// ---- listener -----------------------------------------------------------------------
+
+fn listen(protocols: &[&str]) -> Result<websocket::Listener, String> {
+    websocket::listen(
+        "127.0.0.1:0",
+        &ListenOptions {
+            subprotocols: protocols.iter().map(|s| s.to_string()).collect(),
+        },
+    )
+    .map_err(|e| describe(&e))
+}
+
+/// Connects to our own listener and accepts, both at once.
+async fn self_connect(
+    listener: &websocket::Listener,
+    path: &str,
+    protocols: &[&str],
+) -> Result<(Ws, Ws), String> {
+    let url = format!("ws://{}{path}", listener.local_address());
+    let (client, server) = futures::future::join(open(&url, protocols), listener.accept()).await;
+    let server = server.map_err(|e| format!("accept: {}", describe(&e)))?;
+    Ok((client?, Ws(server)))
+}
+
+async fn ws_listener() -> Outcome {
+    let listener = listen(&[])?;
+    let (client, server) = self_connect(&listener, "/room?x=1", &[]).await?;
+    ensure!(
+        server.0.path() == "/room?x=1",
+        "server path {}",
+        server.0.path()
+    );
+    let text = Message::Text("to server".into());
+    client.send(&text).await?;
+    ensure!(same(&server.recv().await?, &text), "server received");
+    let bin = Message::Binary(pattern(1, 5000));
+    server.send(&bin).await?;
+    ensure!(same(&client.recv().await?, &bin), "client received");
+    client
+        .0
+        .close(1000, "client done")
+        .map_err(|e| describe(&e))?;
+    let (_, end) = server.drain().await;
+    ensure!(end.is_none(), "server side ended with {:?}", end);
+    let (code, _) = server.close_info();
+    ensure!(code == 1000, "server saw close {code}");
+    client.drain().await;
+    Ok(format!("accepted on {}", listener.local_address()))
+}
+
+async fn ws_listener_bad_handshake() -> Outcome {
+    let listener = listen(&[])?;
+    let mut raw = tcp_open(&listener.local_address()).await?;
+    raw.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n".to_vec())
+        .await?;
+    let reply = raw.read_up_to(usize::MAX).await?;
+    let reply = String::from_utf8_lossy(&reply).to_string();
+    ensure!(
+        !reply.contains(" 101 "),
+        "a bad handshake was upgraded: {reply}"
+    );
+    // The next accepted stream is the good one: the bad handshake never
+    // reached the queue.
+    let (_client, server) = self_connect(&listener, "/good", &[]).await?;
+    ensure!(server.0.path() == "/good", "accepted {}", server.0.path());
+    let first_line = reply
+        .lines()
+        .next()
+        .unwrap_or("(connection closed)")
+        .to_string();
+    Ok(format!(
+        "bad upgrade refused ({first_line}); the next good one accepted"
+    ))
+}
+
+async fn ws_listener_subprotocol() -> Outcome {
+    let listener = listen(&["chat", "superchat"])?;
+    let (client, server) = self_connect(&listener, "/", &["x-other", "superchat"]).await?;
+    let (c, s) = (client.0.subprotocol(), server.0.subprotocol());
+    ensure!(
+        c.as_deref() == Some("superchat") && s.as_deref() == Some("superchat"),
+        "client {c:?}, server {s:?}"
+    );
+    Ok("superchat on both sides".into())
+}
+
+fn denied_bind() -> Outcome {
+    let opts = ListenOptions {
+        subprotocols: vec![],
+    };
+    match websocket::listen("0.0.0.0:0", &opts) {
+        Err(ErrorCode::Denied(_)) => {}
+        other => return Err(format!("listen 0.0.0.0:0 gave {:?}", other.err())),
+    }
+    match tcp::listen("0.0.0.0:0") {
+        Err(ErrorCode::Denied(_)) => {}
+        other => return Err(format!("tcp listen 0.0.0.0:0 gave {:?}", other.err())),
+    }
+    match websocket::listen("nonsense", &opts) {
+        Err(ErrorCode::InvalidUrl(_)) => Ok("0.0.0.0 denied; bad address is invalid-url".into()),
+        other => Err(format!("listen nonsense gave {:?}", other.err())),
+    }
 }

@@ -6,28 +6,39 @@
 //! It is a thin layer over the same [`MessageStream`] the p2-style
 //! interface uses (same tasks, buffers, limits and wake-ups): an async call
 //! awaits the stream's readiness future outside the store, then takes the
-//! result. Byte streams and listeners are not in this interface yet.
+//! result. WebSocket listeners share the accept queue of the p2-style
+//! listener; TCP byte streams (`tcp.rs`) are `stream<u8>`s over the halves
+//! of [`crate::tcp`].
 //!
 //! Embedding: [`add_to_linker`] next to `wasmtime_wasi::p2::add_to_linker_async`
 //! on an engine with `wasm_component_model_async(true)`, or [`Runner`].
 
 mod runner;
+mod tcp;
 
 pub use runner::Runner;
+pub use tcp::ByteStream;
 
 use wasmtime::component::{Accessor, HasData, Linker, Resource};
 
-use crate::websocket::MessageStream;
+use crate::websocket::{Listener, MessageStream};
 use crate::{TetherCtxView, TetherView, bindings as p2, net, websocket};
 
 mod generated {
     wasmtime::component::bindgen!({
         path: "../wit-p3",
         world: "tether:streams-async/command",
-        imports: { default: trappable },
+        imports: {
+            "tether:streams-async/tcp.[method]byte-stream.send": store | trappable,
+            "tether:streams-async/tcp.[method]byte-stream.receive": store | trappable,
+            default: trappable,
+        },
         exports: { default: async | store },
         with: {
             "tether:streams-async/websocket.message-stream": crate::websocket::MessageStream,
+            "tether:streams-async/websocket.listener": crate::websocket::Listener,
+            "tether:streams-async/tcp.byte-stream": crate::p3::tcp::ByteStream,
+            "tether:streams-async/tcp.byte-listener": crate::tcp::ByteListener,
         },
         require_store_data_send: true,
     });
@@ -36,7 +47,7 @@ mod generated {
 pub use generated::Command;
 pub use generated::tether::streams_async::types::ErrorCode;
 use generated::tether::streams_async::websocket::{
-    self as wit, CloseInfo, ConnectOptions, Message,
+    self as wit, CloseInfo, ConnectOptions, ListenOptions, Message,
 };
 
 /// Marks the `tether:streams-async` host implementation (its store data
@@ -47,11 +58,12 @@ impl HasData for HasTetherAsync {
     type Data<'a> = TetherCtxView<'a>;
 }
 
-/// Adds `tether:streams-async` (types, websocket) to `linker`.
+/// Adds `tether:streams-async` (types, websocket, tcp) to `linker`.
 pub fn add_to_linker<T: TetherView + 'static>(linker: &mut Linker<T>) -> wasmtime::Result<()> {
-    use generated::tether::streams_async::{types, websocket};
+    use generated::tether::streams_async::{tcp, types, websocket};
     types::add_to_linker::<T, HasTetherAsync>(linker, T::tether)?;
-    websocket::add_to_linker::<T, HasTetherAsync>(linker, T::tether)
+    websocket::add_to_linker::<T, HasTetherAsync>(linker, T::tether)?;
+    tcp::add_to_linker::<T, HasTetherAsync>(linker, T::tether)
 }
 
 fn error(e: p2::ErrorCode) -> ErrorCode {
@@ -90,7 +102,48 @@ fn from_p2(m: p2::tether::streams::websocket::Message) -> Message {
 
 impl generated::tether::streams_async::types::Host for TetherCtxView<'_> {}
 
-impl wit::Host for TetherCtxView<'_> {}
+impl wit::Host for TetherCtxView<'_> {
+    fn listen(
+        &mut self,
+        address: String,
+        options: ListenOptions,
+    ) -> wasmtime::Result<Result<Resource<Listener>, ErrorCode>> {
+        let options = p2::tether::streams::websocket::ListenOptions {
+            subprotocols: options.subprotocols,
+        };
+        match Listener::bind(self.ctx.host.clone(), &address, options) {
+            Ok(l) => Ok(Ok(self.table.push(l)?)),
+            Err(e) => Ok(Err(error(e))),
+        }
+    }
+}
+
+impl<T> wit::HostListenerWithStore<T> for HasTetherAsync {
+    async fn accept(
+        store: &Accessor<T, Self>,
+        this: Resource<Listener>,
+    ) -> wasmtime::Result<Result<Resource<MessageStream>, ErrorCode>> {
+        let next = store.with(|mut s| s.get().table.get(&this).map(|l| l.next()))?;
+        match next.await {
+            Ok(stream) => Ok(Ok(store.with(|mut s| {
+                let view = s.get();
+                websocket::hand_over(view.ctx, view.table, stream)
+            })?)),
+            Err(e) => Ok(Err(error(e))),
+        }
+    }
+}
+
+impl wit::HostListener for TetherCtxView<'_> {
+    fn local_address(&mut self, this: Resource<Listener>) -> wasmtime::Result<String> {
+        Ok(self.table.get(&this)?.local_addr().to_string())
+    }
+
+    fn drop(&mut self, this: Resource<Listener>) -> wasmtime::Result<()> {
+        self.table.delete(this)?;
+        Ok(())
+    }
+}
 
 impl<T> wit::HostWithStore<T> for HasTetherAsync {
     async fn connect(

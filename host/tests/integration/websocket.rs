@@ -703,3 +703,52 @@ async fn listener_holds_at_most_the_backlog() {
         show(&out)
     );
 }
+
+/// RFC 6455 section 4.1 (the client's checks of the server's handshake):
+/// a server that selects none of the offered subprotocols leaves out
+/// `Sec-WebSocket-Protocol`, and the client goes on without one. The guest
+/// sees `none`, on the p2 and the p3 interface alike, and the stream works.
+#[tokio::test(flavor = "current_thread")]
+async fn connect_goes_on_when_the_server_selects_no_subprotocol() {
+    // tokio-tungstenite's accept selects no subprotocol.
+    let addr = ws_server(echo_ws);
+    let peer = format!("ws={addr}");
+    let case = "subprotocol.none-accepted";
+    let p2 = runner(local_config());
+    let component = p2
+        .compile_cached(tether_guest_artifacts::CONFORMANCE_SUITE)
+        .unwrap();
+    let args = ["conformance-suite", "--peer", &peer, case];
+    let out = tokio::time::timeout(
+        GUEST_DEADLINE,
+        p2.run(
+            &component,
+            &args,
+            tether_host::runner::GuestIo::Capture(1 << 20),
+        ),
+    )
+    .await
+    .expect("p2 guest still running at its deadline");
+    assert!(out.success(), "p2: {}", show(&out));
+    assert!(
+        out.stdout_text().contains("agreed None"),
+        "p2: {}",
+        show(&out)
+    );
+    let p3 = tether_host::p3::Runner::new(local_config()).unwrap();
+    let component = p3
+        .compile_cached(tether_guest_artifacts::CONFORMANCE_SUITE_P3)
+        .unwrap();
+    let args = ["conformance-suite-p3", "--peer", &peer, case];
+    let out = tokio::time::timeout(
+        GUEST_DEADLINE,
+        p3.run(
+            &component,
+            &args,
+            tether_host::runner::GuestIo::Capture(1 << 20),
+        ),
+    )
+    .await
+    .expect("p3 guest still running at its deadline");
+    assert!(out.success(), "p3: {}", show(&out));
+}

@@ -269,11 +269,11 @@ impl VerifyData {
         // not present in the client's handshake (the server has indicated a
         // subprotocol not requested by the client), the client MUST _Fail
         // the WebSocket Connection_. (RFC 6455)
-        if headers.get("Sec-WebSocket-Protocol").is_none() && self.subprotocols.is_some() {
-            return Err(Error::Protocol(ProtocolError::SecWebSocketSubProtocolError(
-                SubProtocolError::NoSubProtocol,
-            )));
-        }
+        // Tether: a server that selects none of the offered subprotocols
+        // leaves the field out, and the client goes on without one: RFC
+        // 6455 section 4.1 fails the connection only for a subprotocol
+        // that was not offered (below). Upstream fails it here (as
+        // browsers do, per the WHATWG WebSockets standard).
 
         if headers.get("Sec-WebSocket-Protocol").is_some() && self.subprotocols.is_none() {
             return Err(Error::Protocol(ProtocolError::SecWebSocketSubProtocolError(
