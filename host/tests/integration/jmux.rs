@@ -1436,6 +1436,25 @@ fn half_handshake(http: bool) -> &'static [u8] {
     }
 }
 
+/// Clients `ids` that each send half a handshake and stall: odd ids to
+/// the HTTP proxy, even ids to SOCKS5, each watched until 3 s past
+/// `deadline`.
+async fn stall_many(
+    ids: std::ops::Range<usize>,
+    socks: SocketAddr,
+    http: SocketAddr,
+    deadline: Duration,
+) -> Vec<Stalled> {
+    let mut stalled = Vec::new();
+    for i in ids {
+        let http_client = i % 2 == 1;
+        let proxy = if http_client { http } else { socks };
+        let watch = deadline + Duration::from_secs(3);
+        stalled.push(stall(proxy, http_client, half_handshake(http_client), watch).await);
+    }
+    stalled
+}
+
 /// A SOCKS5 CONNECT on `conn` to `target`, on a blocking thread;
 /// returns the reply code and how long the handshake took, channel open
 /// included (the reply comes once OPEN SUCCESS is back).
@@ -1511,13 +1530,7 @@ fn stalled_proxy_handshakes_are_closed_at_the_deadline_while_others_are_served()
         .build()
         .unwrap();
     rt.block_on(async {
-        let mut stalled = Vec::new();
-        for i in 0..STALLED {
-            let http_client = i % 2 == 1;
-            let proxy = if http_client { http } else { socks };
-            let watch = DEADLINE + Duration::from_secs(3);
-            stalled.push(stall(proxy, http_client, half_handshake(http_client), watch).await);
-        }
+        let stalled = stall_many(0..STALLED, socks, http, DEADLINE).await;
         let held = stalled.iter().filter(|c| !c.watch.is_finished()).count();
         assert_eq!(held, STALLED, "stalled clients closed before the deadline");
         let (code, took) = good_socks5(TcpStream::connect(socks).unwrap(), target).await;
@@ -1567,13 +1580,7 @@ fn proxy_handshakes_past_the_cap_are_refused_at_once_and_the_loop_goes_on() {
         let early = TcpStream::connect(socks).unwrap();
         let early_at = Instant::now();
         tokio::time::sleep(Duration::from_millis(100)).await;
-        let mut held = Vec::new();
-        for i in 1..CAP {
-            let http_client = i % 2 == 1;
-            let proxy = if http_client { http } else { socks };
-            let watch = DEADLINE + Duration::from_secs(3);
-            held.push(stall(proxy, http_client, half_handshake(http_client), watch).await);
-        }
+        let held = stall_many(1..CAP, socks, http, DEADLINE).await;
         // Let the guest take them all before the extra ones come.
         tokio::time::sleep(Duration::from_millis(300)).await;
         assert!(

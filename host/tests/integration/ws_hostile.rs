@@ -39,6 +39,18 @@ fn frame(first: u8, payload: &[u8], mask: bool) -> Vec<u8> {
     out
 }
 
+/// A binary frame header whose 64-bit payload length has its top bit
+/// set (RFC 6455 section 5.2: it MUST be 0), masked when `mask`; the
+/// payload never follows.
+fn length_with_top_bit(mask: bool) -> Vec<u8> {
+    let mut out = vec![0x82, 0x7f, 0x80, 0, 0, 0, 0, 0, 0, 0];
+    if mask {
+        out[1] |= 0x80;
+        out.extend_from_slice(&[1, 2, 3, 4]);
+    }
+    out
+}
+
 /// A close frame's payload: the code, then the reason.
 fn close_payload(code: u16, reason: &str) -> Vec<u8> {
     let mut p = code.to_be_bytes().to_vec();
@@ -149,6 +161,13 @@ async fn connect_when_up(addr: SocketAddr) -> TcpStream {
             Err(e) => panic!("the guest's listener at {addr} never came up: {e}"),
         }
     }
+}
+
+/// A free loopback address for a guest's listener: as the guest's
+/// argument and as the peer's address.
+fn listen_address() -> (String, SocketAddr) {
+    let addr = SocketAddr::from(([127, 0, 0, 1], closed_port()));
+    (addr.to_string(), addr)
 }
 
 /// Client side of the upgrade on a raw socket, once the guest listens.
@@ -272,6 +291,11 @@ fn violations(mask: bool) -> Vec<(&'static str, Vec<u8>, u16)> {
         ("close with a 1-byte body", f(0x88, &[0x03]), 1002),
         ("message over the limit", f(0x82, &[9; 2048]), 1009),
         (
+            "64-bit length with its top bit set",
+            length_with_top_bit(mask),
+            1002,
+        ),
+        (
             "masking the wrong way",
             frame(0x82, b"wrong mask", !mask),
             1002,
@@ -309,14 +333,11 @@ async fn server_streams_send_the_close_code_of_each_protocol_error() {
     tokio::time::timeout(Duration::from_secs(180), async {
         let runner = runner(hostile_config());
         for (name, bytes, code) in violations(true) {
-            let listen = format!("127.0.0.1:{}", closed_port());
+            let (listen, addr) = listen_address();
             let guest = probe(&runner, &["ws-serve-hold", &listen, "1500"]);
-            let peer = peer_runtime().spawn({
-                let addr: SocketAddr = listen.parse().unwrap();
-                async move {
-                    let mut tcp = raw_upgrade(addr).await;
-                    send_and_observe(&mut tcp, &bytes, true).await
-                }
+            let peer = peer_runtime().spawn(async move {
+                let mut tcp = raw_upgrade(addr).await;
+                send_and_observe(&mut tcp, &bytes, true).await
             });
             let (out, saw) = tokio::join!(guest, peer);
             assert_failed_with(name, code, &saw.unwrap(), &out, "code=");
@@ -368,17 +389,14 @@ async fn registered_close_codes_reach_the_guest_unchanged() {
             );
         }
         // The listener side: a client's 1014 reaches the server guest.
-        let listen = format!("127.0.0.1:{}", closed_port());
+        let (listen, addr) = listen_address();
         let guest = probe(&runner, &["ws-serve-hold", &listen, "0"]);
-        let peer = peer_runtime().spawn({
-            let addr: SocketAddr = listen.parse().unwrap();
-            async move {
-                let mut tcp = raw_upgrade(addr).await;
-                tcp.write_all(&frame(0x88, &close_payload(1014, "upstream down"), true))
-                    .await
-                    .unwrap();
-                read_close(&mut tcp).await
-            }
+        let peer = peer_runtime().spawn(async move {
+            let mut tcp = raw_upgrade(addr).await;
+            tcp.write_all(&frame(0x88, &close_payload(1014, "upstream down"), true))
+                .await
+                .unwrap();
+            read_close(&mut tcp).await
         });
         let (out, reply) = tokio::join!(guest, peer);
         assert_eq!(
@@ -407,32 +425,29 @@ async fn server_closes_tcp_right_after_the_closing_handshake() {
     tokio::time::timeout(Duration::from_secs(60), async {
         let runner = runner(hostile_config());
         for guest_closes in [false, true] {
-            let listen = format!("127.0.0.1:{}", closed_port());
+            let (listen, addr) = listen_address();
             let mut args = vec!["ws-serve-hold", listen.as_str(), "2000"];
             if guest_closes {
                 args.push("4000");
             }
             let guest = probe(&runner, &args);
-            let peer = peer_runtime().spawn({
-                let addr: SocketAddr = listen.parse().unwrap();
-                async move {
-                    let mut tcp = raw_upgrade(addr).await;
-                    let mask = true;
-                    if guest_closes {
-                        let got = read_close(&mut tcp).await;
-                        assert_eq!(got.map(|c| c.0), Some(4000));
-                        tcp.write_all(&frame(0x88, &close_payload(4000, ""), mask))
-                            .await
-                            .unwrap();
-                        time_to_eof(&mut tcp, Duration::from_secs(5)).await
-                    } else {
-                        tcp.write_all(&frame(0x88, &close_payload(1000, "bye"), mask))
-                            .await
-                            .unwrap();
-                        let got = read_close(&mut tcp).await;
-                        assert_eq!(got.map(|c| c.0), Some(1000));
-                        time_to_eof(&mut tcp, Duration::from_secs(5)).await
-                    }
+            let peer = peer_runtime().spawn(async move {
+                let mut tcp = raw_upgrade(addr).await;
+                let mask = true;
+                if guest_closes {
+                    let got = read_close(&mut tcp).await;
+                    assert_eq!(got.map(|c| c.0), Some(4000));
+                    tcp.write_all(&frame(0x88, &close_payload(4000, ""), mask))
+                        .await
+                        .unwrap();
+                    time_to_eof(&mut tcp, Duration::from_secs(5)).await
+                } else {
+                    tcp.write_all(&frame(0x88, &close_payload(1000, "bye"), mask))
+                        .await
+                        .unwrap();
+                    let got = read_close(&mut tcp).await;
+                    assert_eq!(got.map(|c| c.0), Some(1000));
+                    time_to_eof(&mut tcp, Duration::from_secs(5)).await
                 }
             });
             let t0 = Instant::now();
@@ -495,8 +510,7 @@ async fn stalled_handshakes_never_hold_up_the_listener() {
         let mut config = local_config();
         config.limits.handshake_timeout = deadline;
         let runner = runner(config);
-        let listen = format!("127.0.0.1:{}", closed_port());
-        let addr: SocketAddr = listen.parse().unwrap();
+        let (listen, addr) = listen_address();
         let guest = echo(&runner, &["server", &listen, "1"]);
         let test = async {
             // Up once a connection gets through (closed before its upgrade,
@@ -560,8 +574,7 @@ async fn handshakes_past_the_bound_are_refused_at_once() {
         config.limits.handshake_timeout = deadline;
         config.limits.max_handshakes_per_listener = 8;
         let runner = runner(config);
-        let listen = format!("127.0.0.1:{}", closed_port());
-        let addr: SocketAddr = listen.parse().unwrap();
+        let (listen, addr) = listen_address();
         let guest = echo(&runner, &["server", &listen, "1"]);
         let test = async {
             drop(connect_when_up(addr).await);
@@ -574,15 +587,9 @@ async fn handshakes_past_the_bound_are_refused_at_once() {
                 refused.push(
                     peer_runtime()
                         .spawn(async move {
-                            let mut tcp = TcpStream::connect(addr).await.unwrap();
-                            let mut answer = Vec::new();
                             let t0 = Instant::now();
-                            let _ = tokio::time::timeout(
-                                Duration::from_secs(5),
-                                tcp.read_to_end(&mut answer),
-                            )
-                            .await;
-                            (t0.elapsed(), String::from_utf8_lossy(&answer).into_owned())
+                            let answer = answer_to(addr, b"").await;
+                            (t0.elapsed(), answer)
                         })
                         .await
                         .unwrap(),
@@ -706,8 +713,7 @@ async fn bad_upgrade_requests_get_an_http_error_and_the_listener_serves_on() {
     ];
     tokio::time::timeout(Duration::from_secs(30), async {
         let runner = runner(local_config());
-        let listen = format!("127.0.0.1:{}", closed_port());
-        let addr: SocketAddr = listen.parse().unwrap();
+        let (listen, addr) = listen_address();
         let guest = echo(&runner, &["server", &listen, "1"]);
         let test = peer_runtime().spawn(async move {
             drop(connect_when_up(addr).await);
@@ -764,50 +770,46 @@ async fn a_ping_flood_from_a_peer_that_never_reads_is_pushed_back() {
     // connection by default, before this bound).
     tokio::time::timeout(Duration::from_secs(120), async {
         let runner = runner(local_config());
-        let listen = format!("127.0.0.1:{}", closed_port());
+        let (listen, addr) = listen_address();
         let guest = probe(&runner, &["ws-serve-hold", &listen, "0"]);
-        let peer = peer_runtime().spawn({
-            let addr: SocketAddr = listen.parse().unwrap();
-            async move {
-                let mut tcp = raw_upgrade(addr).await;
-                let ping = frame(0x89, &[0x70; 125], true);
-                let batch: Vec<u8> = ping
-                    .iter()
-                    .copied()
-                    .cycle()
-                    .take(ping.len() * 512)
-                    .collect();
-                let rss0 = rss_bytes();
-                let (mut sent, mut peak) = (0usize, 0u64);
-                let pushed_back = loop {
-                    peak = peak.max(rss_bytes().saturating_sub(rss0));
-                    if sent >= 160 << 20 {
-                        break false;
-                    }
-                    match tokio::time::timeout(Duration::from_secs(1), tcp.write_all(&batch)).await
-                    {
-                        Ok(r) => r.unwrap(),
-                        Err(_) => break true,
-                    }
-                    sent += batch.len();
-                };
+        let peer = peer_runtime().spawn(async move {
+            let mut tcp = raw_upgrade(addr).await;
+            let ping = frame(0x89, &[0x70; 125], true);
+            let batch: Vec<u8> = ping
+                .iter()
+                .copied()
+                .cycle()
+                .take(ping.len() * 512)
+                .collect();
+            let rss0 = rss_bytes();
+            let (mut sent, mut peak) = (0usize, 0u64);
+            let pushed_back = loop {
                 peak = peak.max(rss_bytes().saturating_sub(rss0));
-                // Read what the host owes, then close cleanly.
-                let mut pongs = 0usize;
-                let mut buf = vec![0u8; 1 << 16];
-                while let Ok(Ok(n)) =
-                    tokio::time::timeout(Duration::from_millis(300), tcp.read(&mut buf)).await
-                {
-                    if n == 0 {
-                        break;
-                    }
-                    pongs += n;
+                if sent >= 160 << 20 {
+                    break false;
                 }
-                let _ = tcp
-                    .write_all(&frame(0x88, &close_payload(1000, ""), true))
-                    .await;
-                (pushed_back, sent, peak, pongs)
+                match tokio::time::timeout(Duration::from_secs(1), tcp.write_all(&batch)).await {
+                    Ok(r) => r.unwrap(),
+                    Err(_) => break true,
+                }
+                sent += batch.len();
+            };
+            peak = peak.max(rss_bytes().saturating_sub(rss0));
+            // Read what the host owes, then close cleanly.
+            let mut pongs = 0usize;
+            let mut buf = vec![0u8; 1 << 16];
+            while let Ok(Ok(n)) =
+                tokio::time::timeout(Duration::from_millis(300), tcp.read(&mut buf)).await
+            {
+                if n == 0 {
+                    break;
+                }
+                pongs += n;
             }
+            let _ = tcp
+                .write_all(&frame(0x88, &close_payload(1000, ""), true))
+                .await;
+            (pushed_back, sent, peak, pongs)
         });
         let (out, peer) = tokio::join!(guest, peer);
         let (pushed_back, sent, peak, pongs) = peer.unwrap();

@@ -256,6 +256,10 @@ pub enum ProtocolError {
     /// The payload for the closing frame is invalid.
     #[error("Invalid close sequence")]
     InvalidCloseSequence,
+    /// A 64-bit payload length with its most significant bit set (RFC 6455
+    /// section 5.2). Tether patch.
+    #[error("64-bit payload length with the most significant bit set")]
+    InvalidPayloadLength,
 }
 
 /// Indicates the specific type/cause of URL error.

@@ -171,6 +171,11 @@ impl FrameHeader {
                 match cursor.read_exact(&mut buffer[start..]) {
                     Err(ref err) if err.kind() == ErrorKind::UnexpectedEof => return Ok(None),
                     Err(err) => return Err(err.into()),
+                    // Tether patch: RFC 6455 section 5.2, "the most
+                    // significant bit MUST be 0" of a 64-bit length.
+                    Ok(()) if length_length == SIZE && buffer[0] & 0x80 != 0 => {
+                        return Err(Error::Protocol(ProtocolError::InvalidPayloadLength))
+                    }
                     Ok(()) => u64::from_be_bytes(buffer),
                 }
             } else {
