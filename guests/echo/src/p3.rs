@@ -28,6 +28,8 @@
 
 #![no_main]
 
+mod phase;
+
 use std::cell::{Cell, RefCell};
 use std::future::Future;
 use std::pin::Pin;
@@ -35,6 +37,7 @@ use std::task::{Poll, Waker};
 use std::time::Instant;
 
 use futures::stream::{FuturesUnordered, StreamExt};
+use phase::{Phase, samples_line};
 
 wit_bindgen::generate!({
     path: "../../wit-p3",
@@ -293,17 +296,13 @@ async fn ping(url: &str, phases: &[String]) -> Result<(), ErrorCode> {
     let receive =
         async || -> Result<Message, ErrorCode> { stream.receive().await?.ok_or(ErrorCode::Closed) };
     for phase in phases {
-        let parts: Vec<&str> = phase.split(':').collect();
-        let num = |i: usize| -> Result<usize, ErrorCode> {
-            parts
-                .get(i)
-                .and_then(|p| p.parse().ok())
-                .ok_or_else(|| ErrorCode::InvalidArgument(format!("bad phase `{phase}`")))
-        };
-        match parts[0] {
-            "rtt" | "nagle" => {
-                let (n, size) = (num(1)?, num(2)?);
-                let sends = if parts[0] == "rtt" { 1 } else { 2 };
+        match Phase::parse(phase).map_err(ErrorCode::InvalidArgument)? {
+            Phase::RoundTrips {
+                name,
+                n,
+                size,
+                sends,
+            } => {
                 let message = Message::Binary(vec![0x5a; size]);
                 let mut samples = Vec::with_capacity(n);
                 for _ in 0..n {
@@ -316,11 +315,9 @@ async fn ping(url: &str, phases: &[String]) -> Result<(), ErrorCode> {
                     }
                     samples.push(t0.elapsed().as_nanos() as u64);
                 }
-                let list: Vec<String> = samples.iter().map(u64::to_string).collect();
-                println!("{} {}", parts[0], list.join(" "));
+                println!("{}", samples_line(name, &samples));
             }
-            "pipeline" => {
-                let (n, size, window) = (num(1)?, num(2)?, num(3)?.max(1));
+            Phase::Pipeline { n, size, window } => {
                 let message = Message::Binary(vec![0xa5; size]);
                 let gate = Window {
                     received: Cell::new(0),
@@ -352,11 +349,6 @@ async fn ping(url: &str, phases: &[String]) -> Result<(), ErrorCode> {
                 // The first error ends both (a parked sender included).
                 futures::future::try_join(receiver, sender).await?;
                 println!("pipeline {n} {size} {}", t0.elapsed().as_nanos());
-            }
-            other => {
-                return Err(ErrorCode::InvalidArgument(format!(
-                    "unknown phase `{other}`"
-                )));
             }
         }
     }

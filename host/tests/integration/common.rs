@@ -196,6 +196,20 @@ pub fn mixed_messages_server() -> (SocketAddr, tokio::sync::oneshot::Receiver<us
     (addr, done_rx)
 }
 
+/// Asserts that an echo client guest's run `out` against
+/// [`mixed_messages_server`] succeeded, that the server saw all 200 echoes
+/// match (`done`), and that the guest reported them and the 4001 close.
+pub async fn assert_mixed_messages_echoed(
+    out: &Outcome,
+    done: tokio::sync::oneshot::Receiver<usize>,
+) {
+    assert!(out.success(), "{}", show(out));
+    assert_eq!(done.await.unwrap(), 200, "every echo must match");
+    let stdout = out.stdout_text();
+    assert!(stdout.contains("echoed 200 messages"), "{}", show(out));
+    assert!(stdout.contains("close=4001 reason=done"), "{}", show(out));
+}
+
 /// Stdout of a run, with stderr and the result appended for assertion
 /// messages.
 pub fn show(o: &Outcome) -> String {

@@ -27,7 +27,7 @@ const TCP_BYTES: usize = 300_000;
 /// The message connection `conn` sends in `round` (text on even rounds,
 /// binary of a size and content that name both on odd ones).
 fn message(conn: usize, round: usize) -> Message {
-    if round % 2 == 0 {
+    if round.is_multiple_of(2) {
         Message::Text(format!("conn {conn} round {round} ✓").into())
     } else {
         let len = 1 + (conn * 131 + round * 17) % 3000;
@@ -137,11 +137,7 @@ async fn p3_echo_client_keeps_every_message() {
     let (addr, done_rx) = mixed_messages_server();
     let runner = p3_runner();
     let out = echo_p3(&runner, &["client", &format!("ws://{addr}/x")]).await;
-    assert!(out.success(), "{}", show(&out));
-    assert_eq!(done_rx.await.unwrap(), 200, "every echo must match");
-    let stdout = out.stdout_text();
-    assert!(stdout.contains("echoed 200 messages"), "{}", show(&out));
-    assert!(stdout.contains("close=4001 reason=done"), "{}", show(&out));
+    assert_mixed_messages_echoed(&out, done_rx).await;
 }
 
 /// The p3 `ping` mode (what `tether bench echo` runs) against a native

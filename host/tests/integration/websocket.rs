@@ -13,18 +13,7 @@ async fn echo_client_against_embedded_server_keeps_every_message() {
     let (addr, done_rx) = mixed_messages_server();
     let runner = runner(local_config());
     let out = echo(&runner, &["client", &format!("ws://{addr}/x")]).await;
-    assert!(out.success(), "{}", show(&out));
-    assert_eq!(done_rx.await.unwrap(), 200, "every echo must match");
-    assert!(
-        out.stdout_text().contains("echoed 200 messages"),
-        "{}",
-        show(&out)
-    );
-    assert!(
-        out.stdout_text().contains("close=4001 reason=done"),
-        "{}",
-        show(&out)
-    );
+    assert_mixed_messages_echoed(&out, done_rx).await;
 }
 
 #[tokio::test(flavor = "current_thread")]
