@@ -300,7 +300,7 @@ pub async fn bench(command: BenchCommand) -> anyhow::Result<ExitCode> {
                 outln!("{}", serde_json::to_string(&report)?);
             } else {
                 outln!(
-                    "tether bench load: {} WebSocket connections (and TCP byte streams) held by the echo guest's server, a load client in its own process ({} B round trips)\n",
+                    "tether bench load: {} WebSocket connections (and TCP byte streams) held by the echo guest's server (p2, then p3), a load client in its own process ({} B round trips)\n",
                     report.connections,
                     tether_bench::load::MESSAGE_BYTES
                 );
