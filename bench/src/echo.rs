@@ -1,7 +1,9 @@
 //! The echo measurement behind `tether demo` and `tether bench echo`: the
-//! echo guest's `ping` mode and a native tokio-tungstenite client run the
-//! same phases against the same server in the same process, and the report
-//! puts them side by side.
+//! echo guest's `ping` mode on both ABIs (the p2 build through
+//! [`Runner`], the p3 build `echo-p3` through [`tether_host::p3::Runner`])
+//! and a native tokio-tungstenite client run the same phases against the
+//! same server in the same process, and the report puts them side by
+//! side.
 
 use std::time::{Duration, Instant};
 
@@ -10,7 +12,7 @@ use futures_util::{FutureExt, SinkExt, StreamExt};
 use serde::Serialize;
 use tokio_tungstenite::tungstenite::Message;
 
-use tether_host::runner::{GuestIo, Runner};
+use tether_host::runner::{GuestIo, Outcome, Runner};
 
 use crate::latency::{cdf_us, percentile_us};
 use crate::progress::Progress;
@@ -152,11 +154,38 @@ pub async fn guest_ping(
     url: &str,
     w: &Workload,
 ) -> anyhow::Result<Samples> {
-    let mut args = vec!["echo".to_string(), "ping".to_string(), url.to_string()];
-    args.extend(w.guest_phases());
+    let args = ping_args("echo", url, w);
     let outcome = runner
         .run(component, &args, GuestIo::Capture(64 << 20))
         .await;
+    samples_of(&outcome)
+}
+
+/// Runs the phases with the echo guest's p3 build (`echo-p3`) through the
+/// async-interface host.
+pub async fn guest_ping_p3(
+    runner: &tether_host::p3::Runner,
+    component: &wasmtime::component::Component,
+    url: &str,
+    w: &Workload,
+) -> anyhow::Result<Samples> {
+    let args = ping_args("echo-p3", url, w);
+    let outcome = runner
+        .run(component, &args, GuestIo::Capture(64 << 20))
+        .await;
+    samples_of(&outcome)
+}
+
+fn ping_args(program: &str, url: &str, w: &Workload) -> Vec<String> {
+    let mut args = vec![program.to_string(), "ping".to_string(), url.to_string()];
+    args.extend(w.guest_phases());
+    args
+}
+
+/// The samples of a finished `ping` run.
+///
+/// Errors: the guest failed, or its output is incomplete.
+fn samples_of(outcome: &Outcome) -> anyhow::Result<Samples> {
     if let Err(e) = &outcome.result {
         bail!(
             "echo guest failed: {e}\nstdout: {}\nstderr: {}",
@@ -266,7 +295,9 @@ fn rate(p: (usize, usize, Duration)) -> (f64, f64) {
 }
 
 /// The figures of one run, guest next to native. Latencies in us, rates in
-/// messages/s and MB/s (10^6 bytes; echoed bytes counted once).
+/// messages/s and MB/s (10^6 bytes; echoed bytes counted once). The
+/// unprefixed guest fields are the p2 build's; `p3_` fields are the p3
+/// build's (`echo-p3`, `tether:streams-async`) from the same run.
 #[derive(Debug, Serialize)]
 pub struct Report {
     /// Guest round trip, median, us.
@@ -311,15 +342,46 @@ pub struct Report {
     pub rtt_us_cdf: Vec<[f64; 2]>,
     /// Native round trips as `[percentile, us]` pairs.
     pub native_rtt_us_cdf: Vec<[f64; 2]>,
+    /// p3 guest round trip, median, us.
+    pub p3_rtt_us_p50: f64,
+    /// p3 guest round trip, 99th percentile, us.
+    pub p3_rtt_us_p99: f64,
+    /// `p3_rtt_us_p50 / native_rtt_us_p50`.
+    pub p3_ratio_p50: f64,
+    /// `p3_rtt_us_p99 / native_rtt_us_p99`.
+    pub p3_ratio_p99: f64,
+    /// `p3_rtt_us_p50 / rtt_us_p50` (p3 against p2; target at most 1.1).
+    pub p3_vs_p2_p50: f64,
+    /// p3 guest: two back-to-back sends then both echoes, median, us.
+    pub p3_nagle_us_p50: f64,
+    /// p3 guest: the same, 99th percentile, us.
+    pub p3_nagle_us_p99: f64,
+    /// p3 guest: small pipelined messages echoed per second.
+    pub p3_msgs_per_s: f64,
+    /// `p3_msgs_per_s / native_msgs_per_s`.
+    pub p3_msgs_ratio: f64,
+    /// p3 guest: large-message echo throughput, MB/s (10^6 bytes).
+    pub p3_mb_per_s: f64,
+    /// `p3_mb_per_s / native_mb_per_s`.
+    pub p3_mb_ratio: f64,
+    /// `p3_mb_per_s / mb_per_s` (p3 against p2; target at least 1.0).
+    pub p3_vs_p2_mb: f64,
+    /// p3 guest round trips as `[percentile, us]` pairs.
+    pub p3_rtt_us_cdf: Vec<[f64; 2]>,
 }
 
 impl Report {
-    /// Computes the figures from both sides' samples.
-    pub fn new(guest: &Samples, native: &Samples) -> Report {
+    /// Computes the figures from the three sides' samples (p2 guest, p3
+    /// guest, native).
+    pub fn new(guest: &Samples, p3: &Samples, native: &Samples) -> Report {
         let (g_msgs, _) = rate(guest.pipeline);
+        let (p3_msgs, _) = rate(p3.pipeline);
         let (n_msgs, _) = rate(native.pipeline);
         let (_, g_mb) = rate(guest.bulk);
+        let (_, p3_mb) = rate(p3.bulk);
         let (_, n_mb) = rate(native.bulk);
+        let p3_rtt_us_p50 = percentile_us(&p3.rtt_ns, 50.0);
+        let p3_rtt_us_p99 = percentile_us(&p3.rtt_ns, 99.0);
         let rtt_us_p50 = percentile_us(&guest.rtt_ns, 50.0);
         let native_rtt_us_p50 = percentile_us(&native.rtt_ns, 50.0);
         let rtt_us_p99 = percentile_us(&guest.rtt_ns, 99.0);
@@ -346,51 +408,76 @@ impl Report {
             bulk_message_bytes: guest.bulk.1,
             rtt_us_cdf: cdf_us(&guest.rtt_ns),
             native_rtt_us_cdf: cdf_us(&native.rtt_ns),
+            p3_rtt_us_p50,
+            p3_rtt_us_p99,
+            p3_ratio_p50: p3_rtt_us_p50 / native_rtt_us_p50,
+            p3_ratio_p99: p3_rtt_us_p99 / native_rtt_us_p99,
+            p3_vs_p2_p50: p3_rtt_us_p50 / rtt_us_p50,
+            p3_nagle_us_p50: percentile_us(&p3.nagle_ns, 50.0),
+            p3_nagle_us_p99: percentile_us(&p3.nagle_ns, 99.0),
+            p3_msgs_per_s: p3_msgs,
+            p3_msgs_ratio: p3_msgs / n_msgs,
+            p3_mb_per_s: p3_mb,
+            p3_mb_ratio: p3_mb / n_mb,
+            p3_vs_p2_mb: p3_mb / g_mb,
+            p3_rtt_us_cdf: cdf_us(&p3.rtt_ns),
         }
     }
 
-    /// The human-readable table.
+    /// The human-readable table: the p2 guest, the p3 guest and native,
+    /// with each guest's ratio to native and p3's to p2.
     pub fn table(&self) -> String {
-        let row = |name: &str, g: f64, n: f64, unit: &str| {
-            format!("{name:<36} {g:>12.1} {n:>12.1}   {:>6.2}x  {unit}\n", g / n)
+        let row = |name: &str, g: f64, p3: f64, n: f64, unit: &str| {
+            format!(
+                "{name:<36} {g:>11.1} {p3:>11.1} {n:>11.1}   {:>6.2}x {:>6.2}x {:>6.2}x  {unit}\n",
+                g / n,
+                p3 / n,
+                p3 / g
+            )
         };
         let mut t = format!(
-            "{:<36} {:>12} {:>12}   {:>7}\n",
-            "", "guest", "native", "ratio"
+            "{:<36} {:>11} {:>11} {:>11}   {:>7} {:>7} {:>7}\n",
+            "", "guest p2", "guest p3", "native", "p2/nat", "p3/nat", "p3/p2"
         );
         t += &row(
             &format!("round trip p50 ({} B)", 32),
             self.rtt_us_p50,
+            self.p3_rtt_us_p50,
             self.native_rtt_us_p50,
             "us",
         );
         t += &row(
             "round trip p99",
             self.rtt_us_p99,
+            self.p3_rtt_us_p99,
             self.native_rtt_us_p99,
             "us",
         );
         t += &row(
             "2 sends + 2 echoes p50 (Nagle case)",
             self.nagle_us_p50,
+            self.p3_nagle_us_p50,
             self.native_nagle_us_p50,
             "us",
         );
         t += &row(
             "2 sends + 2 echoes p99",
             self.nagle_us_p99,
+            self.p3_nagle_us_p99,
             self.native_nagle_us_p99,
             "us",
         );
         t += &row(
             &format!("messages/s ({} B, pipelined)", self.message_bytes),
             self.msgs_per_s,
+            self.p3_msgs_per_s,
             self.native_msgs_per_s,
             "msg/s",
         );
         t += &row(
             &format!("MB/s ({} KiB messages)", self.bulk_message_bytes >> 10),
             self.mb_per_s,
+            self.p3_mb_per_s,
             self.native_mb_per_s,
             "MB/s",
         );
@@ -398,26 +485,48 @@ impl Report {
     }
 }
 
-/// Runs guest and native `rounds` times each, alternating, against `url`,
-/// and pools the samples. Each side of each round is a step of `progress`.
+/// The guests to compare: each ABI's runner and its compiled echo
+/// guest (`echo` for p2, `echo-p3` for p3).
+pub struct Guests<'a> {
+    /// The p2 host and the `echo` component.
+    pub p2: (&'a Runner, &'a wasmtime::component::Component),
+    /// The p3 host and the `echo-p3` component.
+    pub p3: (
+        &'a tether_host::p3::Runner,
+        &'a wasmtime::component::Component,
+    ),
+}
+
+/// Steps of `progress` per round of [`compare`]: p2 guest, p3 guest,
+/// native.
+pub const STEPS_PER_ROUND: u64 = 3;
+
+/// Runs the p2 guest, the p3 guest and native `rounds` times each,
+/// alternating, against `url`, and pools the samples. Each side of each
+/// round is a step of `progress` ([`STEPS_PER_ROUND`] per round).
 pub async fn compare(
-    runner: &Runner,
-    component: &wasmtime::component::Component,
+    guests: &Guests<'_>,
     url: &str,
     w: &Workload,
     rounds: usize,
     progress: &Progress,
 ) -> anyhow::Result<Report> {
     let mut guest = Samples::default();
+    let mut p3 = Samples::default();
     let mut native = Samples::default();
     let rounds = rounds.max(1);
     for round in 1..=rounds {
-        progress.phase(&format!("round {round}/{rounds}: guest"));
+        progress.phase(&format!("round {round}/{rounds}: guest p2"));
+        let (runner, component) = guests.p2;
         guest.merge(guest_ping(runner, component, url, w).await?);
+        progress.inc();
+        progress.phase(&format!("round {round}/{rounds}: guest p3"));
+        let (runner, component) = guests.p3;
+        p3.merge(guest_ping_p3(runner, component, url, w).await?);
         progress.inc();
         progress.phase(&format!("round {round}/{rounds}: native"));
         native.merge(native_ping(url, w).await?);
         progress.inc();
     }
-    Ok(Report::new(&guest, &native))
+    Ok(Report::new(&guest, &p3, &native))
 }

@@ -10,9 +10,11 @@
 //! idle; round trips on random connections with all N open; and messages/s
 //! across all N with 64 in flight. The same run can repeat it with the
 //! guest's old loop (`poll-all`: every stream's pollable in every `poll`),
-//! for the before and after, and with TCP byte streams instead of
+//! for the before and after, with TCP byte streams instead of
 //! WebSocket connections (the echo guest's `--tcp` listener, the same
-//! readiness-set loop).
+//! readiness-set loop), and with the echo guest's p3 build (`echo-p3` on
+//! `tether:streams-async`: one future per stream, woken through the
+//! component's waitable set).
 //!
 //! The client is this binary re-invoked (`tether bench load-client`, see
 //! [`client`]): it prints one `OPEN {json}` line once all N are open,
@@ -65,6 +67,9 @@ pub struct Options {
     /// Also run with this many TCP byte streams instead of WebSocket
     /// connections (0: not).
     pub tcp_connections: usize,
+    /// Also run the echo guest's p3 build (waitable set) with this many
+    /// WebSocket connections (0: not).
+    pub p3_connections: usize,
 }
 
 impl Options {
@@ -78,6 +83,7 @@ impl Options {
             throughput: Duration::from_secs(3),
             poll_all_connections: 2000.min(connections),
             tcp_connections: connections,
+            p3_connections: connections,
         }
     }
 
@@ -91,6 +97,7 @@ impl Options {
             throughput: Duration::from_millis(500),
             poll_all_connections: connections.min(500),
             tcp_connections: connections.min(500),
+            p3_connections: connections,
         }
     }
 }
@@ -119,7 +126,11 @@ pub struct ClientFigures {
 /// One run's figures (`--json`).
 #[derive(Clone, Debug, Serialize)]
 pub struct Report {
-    /// The guest's loop: `readiness-set` or `poll-all`.
+    /// The guest's ABI: `p2` (`tether:streams`) or `p3`
+    /// (`tether:streams-async`).
+    pub abi: &'static str,
+    /// The guest's loop: `readiness-set` or `poll-all` (p2),
+    /// `waitable-set` (p3).
     pub guest_loop: &'static str,
     /// What the client opens: `websocket` or `tcp` (byte streams).
     pub streams: &'static str,
@@ -165,6 +176,9 @@ pub struct Report {
     /// The same run over TCP byte streams, when asked for.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tcp: Option<Box<Report>>,
+    /// The same run with the echo guest's p3 build, when asked for.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub p3: Option<Box<Report>>,
 }
 
 impl Report {
@@ -177,10 +191,18 @@ impl Report {
         if let Some(tcp) = &self.tcp {
             rows.push(tcp);
         }
+        if let Some(p3) = &self.p3 {
+            rows.push(p3);
+        }
         side_by_side(
             &rows,
-            (34, 33),
-            &|r| format!("{} {} ({})", r.streams, r.guest_loop, r.connections),
+            (34, 36),
+            &|r| {
+                format!(
+                    "{} {} {} ({})",
+                    r.streams, r.abi, r.guest_loop, r.connections
+                )
+            },
             &[
                 ("connects/s at 100 open", &|r| {
                     format!("{:.0}", r.connect_per_s_at_100)
@@ -304,7 +326,9 @@ pub fn fd_count() -> anyhow::Result<u64> {
 }
 
 /// Runs the whole bench: the readiness-set loop with `opts.connections`,
-/// then the old loop when `opts.poll_all_connections > 0`. `client` is the
+/// then the old loop when `opts.poll_all_connections > 0`, TCP byte
+/// streams when `opts.tcp_connections > 0`, and the p3 build when
+/// `opts.p3_connections > 0`. `client` is the
 /// program to re-invoke as the load client (this binary), `on_phase` is
 /// called with a phase name as each starts.
 ///
@@ -326,6 +350,11 @@ pub async fn run(
         let tcp = measure(opts, n, Variant::Tcp, client, limit, on_phase).await?;
         report.tcp = Some(Box::new(tcp));
     }
+    if opts.p3_connections > 0 {
+        let n = opts.p3_connections;
+        let p3 = measure(opts, n, Variant::WsP3, client, limit, on_phase).await?;
+        report.p3 = Some(Box::new(p3));
+    }
     Ok(report)
 }
 
@@ -338,6 +367,9 @@ enum Variant {
     WsPollAll,
     /// TCP byte streams, the readiness-set loop.
     Tcp,
+    /// WebSocket connections, the p3 build (`echo-p3`): one future per
+    /// stream, the component's waitable set.
+    WsP3,
 }
 
 async fn measure(
@@ -349,17 +381,18 @@ async fn measure(
     on_phase: &(dyn Fn(&str) + Sync),
 ) -> anyhow::Result<Report> {
     let poll_all = variant == Variant::WsPollAll;
-    let guest_loop = if poll_all {
-        "poll-all"
-    } else {
-        "readiness-set"
+    let p3 = variant == Variant::WsP3;
+    let (abi, guest_loop) = match variant {
+        Variant::WsPollAll => ("p2", "poll-all"),
+        Variant::Ws | Variant::Tcp => ("p2", "readiness-set"),
+        Variant::WsP3 => ("p3", "waitable-set"),
     };
     let streams = if variant == Variant::Tcp {
         "tcp"
     } else {
         "websocket"
     };
-    let phase = format!("{streams} {guest_loop}");
+    let phase = format!("{streams} {abi} {guest_loop}");
     on_phase(&format!("{phase}: starting the echo guest"));
     let config = Config {
         policy: Policy {
@@ -368,12 +401,10 @@ async fn measure(
         },
         ..Config::default()
     };
-    let runner = Arc::new(Runner::new(config, EngineKind::Cranelift)?);
-    let component = runner.compile(tether_guest_artifacts::ECHO)?;
     let port = free_port()?;
     let listen = format!("127.0.0.1:{port}");
     let mut args = vec![
-        "echo".to_string(),
+        if p3 { "echo-p3" } else { "echo" }.to_string(),
         "server".into(),
         listen.clone(),
         "0".into(),
@@ -390,7 +421,16 @@ async fn measure(
     } else {
         (port, format!("ws://{listen}/"))
     };
-    let guest = GuestThread::spawn(runner, component, args, GuestIo::Capture(1 << 20))?;
+    let io = GuestIo::Capture(1 << 20);
+    let guest = if p3 {
+        let runner = Arc::new(tether_host::p3::Runner::new(config)?);
+        let component = runner.compile_cached(tether_guest_artifacts::ECHO_P3)?;
+        GuestThread::spawn_p3(runner, component, args, io)?
+    } else {
+        let runner = Arc::new(Runner::new(config, EngineKind::Cranelift)?);
+        let component = runner.compile(tether_guest_artifacts::ECHO)?;
+        GuestThread::spawn(runner, component, args, io)?
+    };
     let start = Instant::now();
     while !is_listening(port) {
         if guest.is_finished() || start.elapsed() > Duration::from_secs(30) {
@@ -449,6 +489,7 @@ async fn measure(
     let n = connections as f64;
     let p = |v: &[u64], q: f64| percentile_us(v, q);
     Ok(Report {
+        abi,
         guest_loop,
         streams,
         connections,
@@ -474,6 +515,7 @@ async fn measure(
         nofile_limit: limit,
         poll_all: None,
         tcp: None,
+        p3: None,
     })
 }
 

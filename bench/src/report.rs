@@ -537,10 +537,12 @@ fn jmux_plots(v: &Value) -> anyhow::Result<Vec<Plot>> {
 fn load_plots(v: &Value, name: &str, unit: &str) -> anyhow::Result<Vec<Plot>> {
     let mut plots = Vec::new();
     let old = v.get("poll_all").filter(|o| o.is_object());
+    let p3 = v.get("p3").filter(|o| o.is_object());
     let lines: Vec<Series> = [
         series(&format!("all {unit}s open"), cdf(v, "rtt_us_cdf_loaded")),
         series(&format!("one {unit} open"), cdf(v, "rtt_us_cdf_single")),
         old.and_then(|o| series("old loop, all open", cdf(o, "rtt_us_cdf_loaded"))),
+        p3.and_then(|o| series("p3 guest, all open", cdf(o, "rtt_us_cdf_loaded"))),
     ]
     .into_iter()
     .flatten()
@@ -557,6 +559,9 @@ fn load_plots(v: &Value, name: &str, unit: &str) -> anyhow::Result<Vec<Plot>> {
                 ", and the old poll-all loop with {} open",
                 count(o)
             );
+        }
+        if let Some(o) = p3 {
+            let _ = write!(caption, ", and the p3 guest with {} open", count(o));
         }
         plots.push(Plot {
             file: format!("{name}-rtt.svg"),

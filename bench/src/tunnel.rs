@@ -113,28 +113,50 @@ impl GuestThread {
         io: GuestIo,
         census: Option<Arc<TableCensus>>,
     ) -> anyhow::Result<GuestThread> {
+        let name = format!("guest-{}", args.first().map_or("", String::as_str));
+        GuestThread::spawn_run(name, async move {
+            runner.run_with_census(&component, &args, io, census).await
+        })
+    }
+
+    /// Like [`GuestThread::spawn`], for a guest of the async interface
+    /// (`tether:streams-async`) on a [`tether_host::p3::Runner`].
+    ///
+    /// Errors: the thread or its runtime could not be created.
+    pub fn spawn_p3(
+        runner: Arc<tether_host::p3::Runner>,
+        component: Component,
+        args: Vec<String>,
+        io: GuestIo,
+    ) -> anyhow::Result<GuestThread> {
+        let name = format!("guest-{}", args.first().map_or("", String::as_str));
+        GuestThread::spawn_run(name, async move { runner.run(&component, &args, io).await })
+    }
+
+    /// Runs `guest` (a runner's `run`) on a thread `name`d so, with its own
+    /// current-thread runtime.
+    fn spawn_run(
+        name: String,
+        guest: impl std::future::Future<Output = Outcome> + Send + 'static,
+    ) -> anyhow::Result<GuestThread> {
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()?;
         let runtime = rt.handle().clone();
-        let thread = std::thread::Builder::new()
-            .name(format!("guest-{}", args.first().map_or("", String::as_str)))
-            .spawn(move || {
-                rt.block_on(async move {
-                    // The guest runs as a spawned task, not as the
-                    // `block_on` future: waking a task from another task on
-                    // this thread only queues it, while waking the
-                    // `block_on` future goes through the I/O driver.
-                    let guest = tokio::spawn(async move {
-                        runner.run_with_census(&component, &args, io, census).await
-                    });
-                    tokio::select! {
-                        outcome = guest => outcome.ok(),
-                        _ = stopped => None,
-                    }
-                })
-            })?;
+        let thread = std::thread::Builder::new().name(name).spawn(move || {
+            rt.block_on(async move {
+                // The guest runs as a spawned task, not as the
+                // `block_on` future: waking a task from another task on
+                // this thread only queues it, while waking the
+                // `block_on` future goes through the I/O driver.
+                let guest = tokio::spawn(guest);
+                tokio::select! {
+                    outcome = guest => outcome.ok(),
+                    _ = stopped => None,
+                }
+            })
+        })?;
         Ok(GuestThread {
             stop: Some(stop),
             thread: Some(thread),

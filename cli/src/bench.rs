@@ -86,11 +86,16 @@ pub struct BenchLoadArgs {
     /// 500 at most with --quick].
     #[arg(long)]
     pub tcp_connections: Option<usize>,
+    /// WebSocket connections for the run with the echo guest's p3 build
+    /// (`echo-p3`: one future per stream, the component's waitable set; 0:
+    /// skip it) [default: --connections].
+    #[arg(long)]
+    pub p3_connections: Option<usize>,
     /// The JMUX variant instead: channels open through a two-guest JMUX
     /// tunnel (TCP clients -> tcp-listen guest == ws pipe == guest -> TCP
     /// echo), both guests' readiness-set loop and then their old poll-all
     /// loop, in this process.
-    #[arg(long, conflicts_with_all = ["connections", "poll_all_connections", "tcp_connections"])]
+    #[arg(long, conflicts_with_all = ["connections", "poll_all_connections", "tcp_connections", "p3_connections"])]
     pub jmux: bool,
     /// With --jmux: channels to hold open (101 to 1024, the session's
     /// channel cap) [default: 1000, 200 with --quick].
@@ -295,7 +300,7 @@ pub async fn bench(command: BenchCommand) -> anyhow::Result<ExitCode> {
                 outln!("{}", serde_json::to_string(&report)?);
             } else {
                 outln!(
-                    "tether bench load: {} WebSocket connections (and TCP byte streams) held by the echo guest's server, a load client in its own process ({} B round trips)\n",
+                    "tether bench load: {} WebSocket connections (and TCP byte streams) held by the echo guest's server (p2, then p3), a load client in its own process ({} B round trips)\n",
                     report.connections,
                     tether_bench::load::MESSAGE_BYTES
                 );
@@ -398,6 +403,7 @@ async fn all(args: BenchAllArgs) -> anyhow::Result<ExitCode> {
         connections: None,
         poll_all_connections: None,
         tcp_connections: None,
+        p3_connections: None,
         jmux: false,
         channels: None,
     })
@@ -494,6 +500,9 @@ async fn run_load(args: &BenchLoadArgs) -> anyhow::Result<tether_bench::load::Re
     if let Some(n) = args.tcp_connections {
         opts.tcp_connections = n;
     }
+    if let Some(n) = args.p3_connections {
+        opts.p3_connections = n;
+    }
     let client = std::env::current_exe().context("the path of this tether binary")?;
     let progress = Progress::new("bench load", 0);
     let report = load::run(&opts, &client, &|phase| progress.phase(phase)).await;
@@ -563,7 +572,7 @@ async fn run_echo(
     } else {
         Workload::bench()
     };
-    let progress = Progress::new("bench echo", 2 * rounds as u64);
+    let progress = Progress::new("bench echo", echo::STEPS_PER_ROUND * rounds as u64);
     let report = compare(&url, &workload, rounds, &progress).await;
     progress.finish();
     drop(server);
@@ -585,8 +594,9 @@ pub fn server_and_url(url: Option<String>) -> anyhow::Result<(Option<EchoServer>
     })
 }
 
-/// The echo guest and the native client against `url`, `rounds` times
-/// each, alternating (the host may dial `url`'s host and port only).
+/// The echo guest on both ABIs (p2 `echo`, p3 `echo-p3`) and the native
+/// client against `url`, `rounds` times each, alternating (the hosts may
+/// dial `url`'s host and port only).
 ///
 /// Errors: a bad URL, or a side failed.
 pub async fn compare(
@@ -609,7 +619,13 @@ pub async fn compare(
         },
         ..Config::default()
     };
+    let p3 = tether_host::p3::Runner::new(config.clone())?;
+    let p3_component = p3.compile_cached(tether_guest_artifacts::ECHO_P3)?;
     let runner = Runner::new(config, EngineKind::Cranelift)?;
     let component = runner.compile(tether_guest_artifacts::ECHO)?;
-    echo::compare(&runner, &component, url, workload, rounds, progress).await
+    let guests = echo::Guests {
+        p2: (&runner, &component),
+        p3: (&p3, &p3_component),
+    };
+    echo::compare(&guests, url, workload, rounds, progress).await
 }

@@ -22,7 +22,7 @@ pub struct DemoArgs {
 pub async fn demo(args: DemoArgs) -> anyhow::Result<ExitCode> {
     let (server, url) = server_and_url(args.url)?;
     outln!(
-        "Tether demo: echo guest (WebAssembly, through the host) vs native tokio-tungstenite client"
+        "Tether demo: echo guest (WebAssembly, through the host; p2 and p3 builds) vs native tokio-tungstenite client"
     );
     outln!(
         "server: {url}{}",
@@ -32,7 +32,7 @@ pub async fn demo(args: DemoArgs) -> anyhow::Result<ExitCode> {
             ""
         }
     );
-    let progress = Progress::new("demo", 2);
+    let progress = Progress::new("demo", tether_bench::echo::STEPS_PER_ROUND);
     let report = compare(&url, &Workload::demo(), 1, &progress).await;
     progress.finish();
     let report = report?;

@@ -7,6 +7,7 @@ use std::process::Command;
 
 const GUESTS: &[(&str, &str)] = &[
     ("tether-guest-echo", "echo"),
+    ("tether-guest-echo", "echo-p3"),
     ("tether-guest-probe", "probe"),
     ("tether-guest-quic-echo", "quic-echo"),
     ("tether-guest-conformance", "conformance-suite"),

@@ -28,10 +28,13 @@
 //! echoes what is left, half-closes too and drops the stream at once (the
 //! host delivers what is still queued). `MAX_CONNECTIONS` counts both kinds.
 
+mod phase;
+
 use std::collections::VecDeque;
 use std::process::ExitCode;
 use std::time::Instant;
 
+use phase::{Phase, samples_line};
 use tether_guest_sdk::{
     self as sdk, ErrorCode, Interest, ListenOptions, Message, MessageStream, Pollable,
     ReadinessSet, StreamError, tcp, websocket,
@@ -379,17 +382,13 @@ fn ping(url: &str, phases: &[String]) -> Result<(), ErrorCode> {
     let rx = stream.subscribe_receive();
     let tx = stream.subscribe_send();
     for phase in phases {
-        let parts: Vec<&str> = phase.split(':').collect();
-        let num = |i: usize| -> Result<usize, ErrorCode> {
-            parts
-                .get(i)
-                .and_then(|p| p.parse().ok())
-                .ok_or_else(|| ErrorCode::InvalidArgument(format!("bad phase `{phase}`")))
-        };
-        match parts[0] {
-            "rtt" | "nagle" => {
-                let (n, size) = (num(1)?, num(2)?);
-                let sends = if parts[0] == "rtt" { 1 } else { 2 };
+        match Phase::parse(phase).map_err(ErrorCode::InvalidArgument)? {
+            Phase::RoundTrips {
+                name,
+                n,
+                size,
+                sends,
+            } => {
                 let message = Message::Binary(vec![0x5a; size]);
                 let mut samples = Vec::with_capacity(n);
                 for _ in 0..n {
@@ -402,11 +401,9 @@ fn ping(url: &str, phases: &[String]) -> Result<(), ErrorCode> {
                     }
                     samples.push(t0.elapsed().as_nanos() as u64);
                 }
-                let list: Vec<String> = samples.iter().map(u64::to_string).collect();
-                println!("{} {}", parts[0], list.join(" "));
+                println!("{}", samples_line(name, &samples));
             }
-            "pipeline" => {
-                let (n, size, window) = (num(1)?, num(2)?, num(3)?.max(1));
+            Phase::Pipeline { n, size, window } => {
                 let message = Message::Binary(vec![0xa5; size]);
                 let t0 = Instant::now();
                 let (mut sent, mut received) = (0usize, 0usize);
@@ -442,11 +439,6 @@ fn ping(url: &str, phases: &[String]) -> Result<(), ErrorCode> {
                     }
                 }
                 println!("pipeline {n} {size} {}", t0.elapsed().as_nanos());
-            }
-            other => {
-                return Err(ErrorCode::InvalidArgument(format!(
-                    "unknown phase `{other}`"
-                )));
             }
         }
     }

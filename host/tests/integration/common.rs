@@ -133,6 +133,83 @@ pub fn echo<'a>(runner: &'a Runner, args: &[&str]) -> impl Future<Output = Outco
     run_guest(runner, tether_guest_artifacts::ECHO, "echo", args)
 }
 
+/// Runs the echo guest's p3 build (`echo-p3`) with `args` on the
+/// async-interface host and captures its output.
+pub fn echo_p3<'a>(
+    runner: &'a tether_host::p3::Runner,
+    args: &[&str],
+) -> impl Future<Output = Outcome> + 'a {
+    let mut all = vec!["echo-p3".to_string()];
+    all.extend(args.iter().map(|a| a.to_string()));
+    async move {
+        let component = runner
+            .compile_cached(tether_guest_artifacts::ECHO_P3)
+            .expect("compile guest");
+        let run = runner.run(&component, &all, GuestIo::Capture(64 << 20));
+        match tokio::time::timeout(GUEST_DEADLINE, run).await {
+            Ok(outcome) => outcome,
+            Err(_) => panic!("guest {all:?} still running after {GUEST_DEADLINE:?}"),
+        }
+    }
+}
+
+/// A WebSocket server for an echo client guest: it sends 200 messages of
+/// mixed kinds and sizes (text with non-ASCII, binary up to 5,000 bytes),
+/// checks each echo, then closes with 4001 "done". The receiver gets how
+/// many echoes matched.
+pub fn mixed_messages_server() -> (SocketAddr, tokio::sync::oneshot::Receiver<usize>) {
+    use futures_util::{SinkExt, StreamExt};
+    use tokio_tungstenite::tungstenite::Message;
+    let (done_tx, done_rx) = tokio::sync::oneshot::channel();
+    let done_tx = std::sync::Mutex::new(Some(done_tx));
+    let addr = ws_server(move |mut ws| {
+        let done = done_tx.lock().unwrap().take();
+        async move {
+            let mut ok = 0;
+            for i in 0..200usize {
+                let m = if i % 3 == 0 {
+                    Message::Text(format!("héllo ✓ {i}").into())
+                } else {
+                    Message::Binary(
+                        (0..(i * 37) % 5000)
+                            .map(|b| (b + i) as u8)
+                            .collect::<Vec<u8>>()
+                            .into(),
+                    )
+                };
+                ws.send(m.clone()).await.unwrap();
+                let back = ws.next().await.unwrap().unwrap();
+                if back == m {
+                    ok += 1;
+                }
+            }
+            ws.close(Some(tokio_tungstenite::tungstenite::protocol::CloseFrame {
+                code: 4001.into(),
+                reason: "done".into(),
+            }))
+            .await
+            .unwrap();
+            while ws.next().await.is_some() {}
+            let _ = done.unwrap().send(ok);
+        }
+    });
+    (addr, done_rx)
+}
+
+/// Asserts that an echo client guest's run `out` against
+/// [`mixed_messages_server`] succeeded, that the server saw all 200 echoes
+/// match (`done`), and that the guest reported them and the 4001 close.
+pub async fn assert_mixed_messages_echoed(
+    out: &Outcome,
+    done: tokio::sync::oneshot::Receiver<usize>,
+) {
+    assert!(out.success(), "{}", show(out));
+    assert_eq!(done.await.unwrap(), 200, "every echo must match");
+    let stdout = out.stdout_text();
+    assert!(stdout.contains("echoed 200 messages"), "{}", show(out));
+    assert!(stdout.contains("close=4001 reason=done"), "{}", show(out));
+}
+
 /// Stdout of a run, with stderr and the result appended for assertion
 /// messages.
 pub fn show(o: &Outcome) -> String {

@@ -7,6 +7,7 @@ mod jmux;
 mod limits;
 mod linger;
 mod metrics;
+mod p3_echo;
 mod p3_tcp;
 mod policy;
 mod quic;

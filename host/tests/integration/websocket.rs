@@ -10,55 +10,10 @@ use crate::common::*;
 
 #[tokio::test(flavor = "current_thread")]
 async fn echo_client_against_embedded_server_keeps_every_message() {
-    // The server sends 200 messages of mixed kinds and sizes, checks each
-    // echo, then closes with 4001.
-    let (done_tx, done_rx) = tokio::sync::oneshot::channel();
-    let done_tx = std::sync::Mutex::new(Some(done_tx));
-    let addr = ws_server(move |mut ws| {
-        let done = done_tx.lock().unwrap().take();
-        async move {
-            let mut ok = 0;
-            for i in 0..200usize {
-                let m = if i % 3 == 0 {
-                    Message::Text(format!("héllo ✓ {i}").into())
-                } else {
-                    Message::Binary(
-                        (0..(i * 37) % 5000)
-                            .map(|b| (b + i) as u8)
-                            .collect::<Vec<u8>>()
-                            .into(),
-                    )
-                };
-                ws.send(m.clone()).await.unwrap();
-                let back = ws.next().await.unwrap().unwrap();
-                if back == m {
-                    ok += 1;
-                }
-            }
-            ws.close(Some(tokio_tungstenite::tungstenite::protocol::CloseFrame {
-                code: 4001.into(),
-                reason: "done".into(),
-            }))
-            .await
-            .unwrap();
-            while ws.next().await.is_some() {}
-            let _ = done.unwrap().send(ok);
-        }
-    });
+    let (addr, done_rx) = mixed_messages_server();
     let runner = runner(local_config());
     let out = echo(&runner, &["client", &format!("ws://{addr}/x")]).await;
-    assert!(out.success(), "{}", show(&out));
-    assert_eq!(done_rx.await.unwrap(), 200, "every echo must match");
-    assert!(
-        out.stdout_text().contains("echoed 200 messages"),
-        "{}",
-        show(&out)
-    );
-    assert!(
-        out.stdout_text().contains("close=4001 reason=done"),
-        "{}",
-        show(&out)
-    );
+    assert_mixed_messages_echoed(&out, done_rx).await;
 }
 
 #[tokio::test(flavor = "current_thread")]

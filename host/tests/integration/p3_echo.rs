@@ -1,0 +1,185 @@
+//! The echo guest's p3 build (`echo-p3`, `tether:streams-async`): its
+//! server echoes on many WebSocket connections and TCP byte streams at
+//! once (one future per stream, woken through the waitable set), its
+//! client mode keeps every message, and its `ping` mode (what `tether
+//! bench echo` runs) measures against a native echo server. The p2 build's
+//! tests are in `websocket.rs` and `readiness.rs`.
+
+use std::time::Duration;
+
+use futures_util::{SinkExt, StreamExt};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio_tungstenite::tungstenite::Message;
+
+use crate::common::*;
+
+fn p3_runner() -> tether_host::p3::Runner {
+    tether_host::p3::Runner::new(local_config()).expect("p3 runner")
+}
+
+/// Connections the server test holds open at once.
+const CONNECTIONS: usize = 200;
+/// TCP byte streams it echoes meanwhile.
+const TCP_STREAMS: usize = 4;
+/// Bytes each TCP stream sends before it half-closes.
+const TCP_BYTES: usize = 300_000;
+
+/// The message connection `conn` sends in `round` (text on even rounds,
+/// binary of a size and content that name both on odd ones).
+fn message(conn: usize, round: usize) -> Message {
+    if round.is_multiple_of(2) {
+        Message::Text(format!("conn {conn} round {round} ✓").into())
+    } else {
+        let len = 1 + (conn * 131 + round * 17) % 3000;
+        Message::Binary(
+            (0..len)
+                .map(|b| (b + conn + round) as u8)
+                .collect::<Vec<u8>>()
+                .into(),
+        )
+    }
+}
+
+/// The p3 echo server with 200 WebSocket connections open at once: each
+/// round sends 3 messages on every connection before reading any echo, so
+/// the guest must serve all of them concurrently (a server that served one
+/// stream at a time would stall on the first and the test would hit its
+/// deadline). Meanwhile 4 TCP byte streams send 300,000 bytes each and
+/// half-close; each gets its bytes back in order, then the guest's FIN.
+/// The guest ends by itself after the 204 streams (its MAX_CONNECTIONS).
+#[tokio::test(flavor = "current_thread")]
+async fn p3_echo_server_echoes_on_200_connections_at_once() {
+    let runner = p3_runner();
+    let listen = format!("127.0.0.1:{}", closed_port());
+    let tcp_listen = format!("127.0.0.1:{}", closed_port());
+    let total = (CONNECTIONS + TCP_STREAMS).to_string();
+    let guest = echo_p3(&runner, &["server", &listen, &total, "--tcp", &tcp_listen]);
+    let url = format!("ws://{listen}/");
+    let tcp_addr = tcp_listen.clone();
+    let clients = peer_runtime().spawn(async move {
+        let connect = || async {
+            for _ in 0..500 {
+                if let Ok((ws, _)) = tokio_tungstenite::connect_async(&url).await {
+                    return ws;
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            panic!("the p3 echo guest never accepted a connection at {url}");
+        };
+        let mut conns = vec![connect().await];
+        // 64 handshakes in flight at most: under the accept backlog.
+        let more = futures_util::stream::iter(1..CONNECTIONS)
+            .map(|_| connect())
+            .buffer_unordered(64)
+            .collect::<Vec<_>>()
+            .await;
+        conns.extend(more);
+        let tcp = (0..TCP_STREAMS).map(|k| {
+            let addr = tcp_addr.clone();
+            tokio::spawn(async move {
+                let data: Vec<u8> = (0..TCP_BYTES).map(|i| (i * 7 + k) as u8).collect();
+                let tcp = tokio::net::TcpStream::connect(&addr).await.unwrap();
+                let (mut r, mut w) = tcp.into_split();
+                let writer = async {
+                    w.write_all(&data).await.unwrap();
+                    w.shutdown().await.unwrap();
+                };
+                let mut back = Vec::new();
+                let reader = r.read_to_end(&mut back);
+                let ((), read) = tokio::join!(writer, reader);
+                read.unwrap();
+                back == data
+            })
+        });
+        let tcp: Vec<_> = tcp.collect();
+        for round in (0..6).step_by(3) {
+            for (i, ws) in conns.iter_mut().enumerate() {
+                for r in round..round + 3 {
+                    ws.feed(message(i, r)).await.unwrap();
+                }
+                ws.flush().await.unwrap();
+            }
+            for (i, ws) in conns.iter_mut().enumerate() {
+                for r in round..round + 3 {
+                    let back = ws.next().await.unwrap().unwrap();
+                    assert_eq!(back, message(i, r), "connection {i}, message {r}");
+                }
+            }
+        }
+        for ws in &mut conns {
+            ws.close(None).await.unwrap();
+        }
+        for ws in &mut conns {
+            while ws.next().await.is_some() {}
+        }
+        let mut tcp_ok = Vec::new();
+        for t in tcp {
+            tcp_ok.push(t.await.unwrap());
+        }
+        tcp_ok
+    });
+    let (out, tcp_ok) =
+        tokio::time::timeout(GUEST_DEADLINE, async { tokio::join!(guest, clients) })
+            .await
+            .expect("the p3 server run took over 120 s");
+    assert!(out.success(), "{}", show(&out));
+    assert_eq!(
+        tcp_ok.unwrap(),
+        vec![true; TCP_STREAMS],
+        "every TCP stream's bytes come back in order, then FIN"
+    );
+}
+
+/// The p3 client mode echoes 200 mixed messages and reports the server's
+/// close code, like the p2 build (`websocket.rs`).
+#[tokio::test(flavor = "current_thread")]
+async fn p3_echo_client_keeps_every_message() {
+    let (addr, done_rx) = mixed_messages_server();
+    let runner = p3_runner();
+    let out = echo_p3(&runner, &["client", &format!("ws://{addr}/x")]).await;
+    assert_mixed_messages_echoed(&out, done_rx).await;
+}
+
+/// The p3 `ping` mode (what `tether bench echo` runs) against a native
+/// echo server: every phase prints its line with the counts asked for,
+/// and the pipeline checks each echo's size.
+#[tokio::test(flavor = "current_thread")]
+async fn p3_echo_ping_runs_every_phase() {
+    let addr = ws_server(echo_ws);
+    let runner = p3_runner();
+    let url = format!("ws://{addr}/");
+    let out = echo_p3(
+        &runner,
+        &[
+            "ping",
+            &url,
+            "rtt:50:1",
+            "rtt:50:70000",
+            "nagle:20:16",
+            "pipeline:2000:128:16",
+            "pipeline:20:1048576:4",
+        ],
+    )
+    .await;
+    assert!(out.success(), "{}", show(&out));
+    let stdout = out.stdout_text();
+    let lines: Vec<Vec<&str>> = stdout
+        .lines()
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    let counts: Vec<(&str, usize)> = lines.iter().map(|w| (w[0], w.len() - 1)).collect();
+    assert_eq!(
+        counts,
+        [
+            ("rtt", 50),
+            ("rtt", 50),
+            ("nagle", 20),
+            ("pipeline", 3),
+            ("pipeline", 3)
+        ],
+        "{}",
+        show(&out)
+    );
+    assert_eq!(&lines[3][1..3], ["2000", "128"], "{}", show(&out));
+    assert_eq!(&lines[4][1..3], ["20", "1048576"], "{}", show(&out));
+}
