@@ -87,14 +87,14 @@ pub(crate) fn check(head: &[u8]) -> Result<(), Refusal> {
     if request.method != Some("GET") {
         return Err(Refusal::MethodNotAllowed);
     }
-    let all = |name: &str| {
+    let all = |name: &'static str| {
         request
             .headers
             .iter()
             .filter(move |h| h.name.eq_ignore_ascii_case(name))
             .map(|h| h.value)
     };
-    let one = |name: &str, missing, repeated| {
+    let one = |name: &'static str, missing, repeated| {
         let mut values = all(name);
         match (values.next(), values.next()) {
             (Some(v), None) => Ok(v),
@@ -102,7 +102,7 @@ pub(crate) fn check(head: &[u8]) -> Result<(), Refusal> {
             (Some(_), Some(_)) => Err(Refusal::BadRequest(repeated)),
         }
     };
-    let names_token = |name: &str, token: &str| {
+    let names_token = |name: &'static str, token: &str| {
         all(name).any(|v| {
             v.split(|&b| b == b',')
                 .any(|t| t.trim_ascii().eq_ignore_ascii_case(token.as_bytes()))
