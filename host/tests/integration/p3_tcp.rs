@@ -132,7 +132,9 @@ async fn p3_write_suspends_while_the_peer_never_reads() {
 /// `readiness_set_entries`: with 8, the guest's 9th pending `accept` fails
 /// at once with `invalid-argument` naming the limit, and cancelling one
 /// (dropping its subtask drops the host future) makes room for exactly one
-/// more (the suite's `readiness.set-full`).
+/// more (the suite's `readiness.set-full`). Without the bound the guest
+/// trapped at wasmtime's store handle limit ("cannot allocate another
+/// handle").
 #[tokio::test(flavor = "current_thread")]
 async fn p3_pending_calls_are_bounded_and_a_cancel_frees_one() {
     let mut config = local_config();
