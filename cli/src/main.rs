@@ -136,7 +136,8 @@ pub struct HostArgs {
     /// (at least 1).
     #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..))]
     pub max_run_ms: u64,
-    /// Registrations one readiness set holds at most (at least 1).
+    /// Registrations one readiness set holds at most, and async calls one
+    /// p3 guest has pending at once (at least 1).
     #[arg(long, default_value_t = Limits::default().readiness_set_entries, value_parser = at_least_one_usize())]
     pub readiness_set_entries: usize,
     #[command(flatten)]

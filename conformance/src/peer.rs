@@ -28,7 +28,8 @@
 //! - `/timed` [count, gap_ms]: every gap_ms sends a text with the wall-clock
 //!   send time in nanoseconds since the Unix epoch;
 //! - `/idle` [ms]: sends `wake` after ms, then echoes;
-//! - `/slow-sink` [every, pause_ms, check]: pauses pause_ms (3) every
+//! - `/slow-sink` [every, pause_ms, check, start_ms]: reads nothing for
+//!   start_ms (0) after the handshake, then pauses pause_ms (3) every
 //!   `every` (8) messages and checks binary messages (pattern as in
 //!   `/burst`, unless check=0); on text `done` answers `received N B ok|bad`;
 //! - `/observe-close` [token]: echoes, and records the close code the
@@ -593,6 +594,7 @@ where
             let (mut count, mut bytes, mut good) = (0usize, 0usize, true);
             let (every, pause) = (head.num("every", 8).max(1), head.num("pause_ms", 3) as u64);
             let check = head.num("check", 1) == 1;
+            tokio::time::sleep(Duration::from_millis(head.num("start_ms", 0) as u64)).await;
             while let Some(m) = ws.next().await {
                 match m? {
                     Message::Binary(b) => {

@@ -36,7 +36,11 @@ pub struct Limits {
     pub accept_backlog: usize,
     /// Registrations one readiness set (`tether:streams/readiness`) holds
     /// at most; past it `register-*` fails with `invalid-argument`. Each
-    /// costs the host about 150 bytes. Default 65,536.
+    /// costs the host about 150 bytes. Also the async calls (`connect`,
+    /// `accept`, `send`, `receive`) one guest of the async interface
+    /// (`tether:streams-async`) has pending at once, the component
+    /// model's waitable set being its readiness set; past it the call
+    /// returns `invalid-argument` at once. Default 65,536.
     pub readiness_set_entries: usize,
     /// WebSocket handshakes a listener runs at once: connections accepted
     /// whose upgrade is not done yet (each is cut at `handshake_timeout`).

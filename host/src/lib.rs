@@ -207,6 +207,9 @@ pub struct TetherCtx {
     /// Table entries of `wasi:io` streams dropped before their pollables
     /// (see the drop rule in `ready.rs`), deleted once those are gone.
     orphans: Vec<ready::Orphan>,
+    /// Async calls of `tether:streams-async` this guest has pending
+    /// (see [`p3::PendingCall`]), at most `readiness_set_entries`.
+    pub(crate) pending_calls: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 impl TetherCtx {
@@ -217,6 +220,7 @@ impl TetherCtx {
             guest_id: metrics::GUEST_IDS.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
             streams: Vec::new(),
             orphans: Vec::new(),
+            pending_calls: Arc::default(),
         }
     }
 

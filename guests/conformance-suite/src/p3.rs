@@ -1,12 +1,22 @@
 //! The conformance suite against the component-model-async interface
 //! (`wit-p3`, `tether:streams-async`): the same case names and the same
-//! JSON lines as `main.rs`, for the cases this interface can express.
-//! Cases it cannot express print `unsupported` and are declared in
-//! `conformance/known-failures/wasmtime-p3.txt`.
+//! JSON lines as `main.rs`, every case. Where a case's subject is a detail
+//! of the pollable ABI (would-block, pollables, readiness sets), its p3
+//! variant checks the same property the p3 way: a pending async call is
+//! the pollable, starting one registers interest, cancelling it (dropping
+//! the subtask) deregisters, and the component model's waitable set is
+//! the readiness set. The README's conformance section lists them.
 
 #![no_main]
 
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
 use std::time::{Duration, Instant, SystemTime};
+
+use futures::StreamExt;
+use futures::future::Either;
+use futures::stream::FuturesUnordered;
 
 wit_bindgen::generate!({
     path: "../../wit-p3",
@@ -190,6 +200,7 @@ async fn run_case(name: &str, p: &Peer) -> Outcome {
         "backpressure.slow-reader-nothing-lost" => slow_reader(p).await,
         "backpressure.burst-pauses-peer" => burst_pauses_peer(p).await,
         "backpressure.slow-peer-nothing-lost" => slow_peer(p).await,
+        "backpressure.send-would-block" => send_would_block(p).await,
         "tls.round-trip" => tls_round_trip(p).await,
         "tls.close-clean" => {
             let ws = open(&p.wss("wss", "/echo"), &[]).await?;
@@ -247,6 +258,20 @@ async fn run_case(name: &str, p: &Peer) -> Outcome {
             }
         }
         "wake-ups.first-message-under-1ms" => first_message_latency(p).await,
+        "wake-ups.no-periodic-while-idle" => idle(p).await,
+        "wake-ups.send-ready-wakes-once-room" => send_ready_wakes(p).await,
+        "drop.message-stream" => drop_message_stream(p).await,
+        "drop.listener" => drop_ws_listener(p).await,
+        "drop.future-message-stream" => drop_future_message_stream(p).await,
+        "drop.byte-stream" => drop_byte_stream(p).await,
+        "drop.input-stream" => drop_input_stream(p).await,
+        "drop.output-stream" => drop_output_stream(p).await,
+        "drop.byte-listener" => drop_byte_listener(p).await,
+        "drop.future-byte-stream" => drop_future_byte_stream(p).await,
+        "readiness.register-deregister" => readiness_register_deregister(p).await,
+        "readiness.only-ready-reported" => readiness_only_ready_reported(p).await,
+        "readiness.drop-registered" => readiness_drop_registered(p).await,
+        "readiness.set-full" => readiness_set_full().await,
         "byte-stream.echo" => tcp_echo(p).await,
         "byte-stream.half-close" => tcp_half_close(p).await,
         "byte-stream.large-in-order" => tcp_large(p).await,
@@ -261,7 +286,7 @@ async fn run_case(name: &str, p: &Peer) -> Outcome {
         "listener.denied-bind" => denied_bind(),
         // Not a conformance case: for host tests with peers of their own.
         "test.tcp-send" => tcp_send(p).await,
-        other => Err(format!("unsupported on the async interface: {other}")),
+        other => Err(format!("unknown case `{other}`")),
     }
 }
 
@@ -1344,4 +1369,640 @@ fn denied_bind() -> Outcome {
         Err(ErrorCode::InvalidUrl(_)) => Ok("0.0.0.0 denied; bad address is invalid-url".into()),
         other => Err(format!("listen nonsense gave {:?}", other.err())),
     }
+}
+
+// ---- pending calls: start, time, count polls, cancel --------------------------
+//
+// The p3 counterparts of the pollable ABI's cases: a pending async call is
+// the pollable, starting it registers interest, dropping its future cancels
+// the subtask (deregisters), and the waitable set the guest's executor waits
+// on is the readiness set.
+
+/// Polls `call` once, which starts it: `Some(output)` when the host
+/// completed it at once, `None` while it is pending.
+async fn start<F: Future + Unpin>(call: &mut F) -> Option<F::Output> {
+    match futures::poll!(call) {
+        Poll::Ready(out) => Some(out),
+        Poll::Pending => None,
+    }
+}
+
+/// An async timer with no clock import: the peer's `/idle?ms=MS` script
+/// sends a message MS ms after the upgrade. (Two pending calls of its own:
+/// the connect, then a receive.)
+async fn sleep(p: &Peer, ms: u64) -> Result<(), String> {
+    let ws = open(&p.ws(&format!("/idle?ms={ms}")), &[]).await?;
+    ws.recv().await.map(drop)
+}
+
+/// Waits for `call` at most `ms` ms: `Some(output)` if it completed,
+/// `None` if it was still pending then (it stays pending, not cancelled).
+async fn within<F: Future + Unpin>(
+    p: &Peer,
+    call: &mut F,
+    ms: u64,
+) -> Result<Option<F::Output>, String> {
+    let timer = std::pin::pin!(sleep(p, ms));
+    match futures::future::select(call, timer).await {
+        Either::Left((out, _)) => Ok(Some(out)),
+        Either::Right((timer, _)) => timer.map(|()| None),
+    }
+}
+
+/// A future with a count of how often the guest's executor polled it: one
+/// poll starts the call, one more takes its result; any other poll is a
+/// wake-up that found no progress.
+struct Counted<F> {
+    call: Pin<Box<F>>,
+    polls: usize,
+}
+
+fn counted<F: Future>(call: F) -> Counted<F> {
+    Counted {
+        call: Box::pin(call),
+        polls: 0,
+    }
+}
+
+impl<F: Future> Future for Counted<F> {
+    type Output = (F::Output, usize);
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        self.polls += 1;
+        match self.call.as_mut().poll(cx) {
+            Poll::Ready(out) => Poll::Ready((out, self.polls)),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+}
+
+/// Connects to `addr` until it is refused (the listener is gone), for at
+/// most 2 s. A connect the kernel completed while the listening socket was
+/// still closing is reset: try again.
+async fn refused_within_2s(addr: &str) -> Result<Duration, String> {
+    let t0 = Instant::now();
+    loop {
+        let last = match tcp::connect(addr.to_string()).await {
+            Err(ErrorCode::ConnectionRefused(_)) => return Ok(t0.elapsed()),
+            Err(e) => describe(&e),
+            Ok(_) => "connected".to_string(),
+        };
+        ensure!(
+            t0.elapsed() < Duration::from_secs(2),
+            "{addr} not refused 2 s after the listener was dropped: {last}"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+// ---- backpressure.send-would-block, wake-ups --------------------------------------
+
+/// The p3 variant: a send into a full buffer suspends (its call stays
+/// pending while the peer reads nothing), resumes once the peer reads, and
+/// nothing is lost.
+async fn send_would_block(p: &Peer) -> Outcome {
+    let (size, pause) = (65536usize, 1500u64);
+    let ws = open(
+        &p.ws(&format!("/slow-sink?start_ms={pause}&every=64&pause_ms=1")),
+        &[],
+    )
+    .await?;
+    let t0 = Instant::now();
+    let mut k = 0usize;
+    // Sends complete at once while the host's buffer has room; the first
+    // one still pending after 200 ms found it full.
+    let mut blocked = loop {
+        ensure!(k < 1024, "64 MiB taken and no send suspended");
+        let mut send = Box::pin(ws.0.send(Message::Binary(pattern(k, size))));
+        k += 1;
+        match start(&mut send).await {
+            Some(r) => r.map_err(|e| format!("send {k}: {}", describe(&e)))?,
+            None => match within(p, &mut send, 200).await? {
+                Some(r) => r.map_err(|e| format!("send {k}: {}", describe(&e)))?,
+                None => break send,
+            },
+        }
+    };
+    let full_at = t0.elapsed();
+    ensure!(
+        full_at < Duration::from_millis(pause - 300),
+        "the buffer filled only after {full_at:?}: the peer may have been reading"
+    );
+    (&mut blocked)
+        .await
+        .map_err(|e| format!("the suspended send: {}", describe(&e)))?;
+    let resumed = t0.elapsed();
+    ensure!(
+        resumed >= Duration::from_millis(pause - 100),
+        "the suspended send returned after {resumed:?}, before the peer read"
+    );
+    let n = k + 16;
+    for j in k..n {
+        ws.send(&Message::Binary(pattern(j, size))).await?;
+    }
+    ws.send(&Message::Text("done".into())).await?;
+    let report = expect_text(ws.recv().await?)?;
+    ensure!(
+        report == format!("received {n} {} ok", n * size),
+        "peer: {report}"
+    );
+    ws.close_and_drain(1000, "").await?;
+    Ok(format!(
+        "send {k} suspended at {full_at:?} ({} KiB queued), resumed at {resumed:?} once the peer read; {report}",
+        (k - 1) * size / 1024
+    ))
+}
+
+/// The p3 variant: a receive pending through 500 ms of idle is polled
+/// twice (start, result): no wake-up in between.
+async fn idle(p: &Peer) -> Outcome {
+    let ws = open(&p.ws("/idle?ms=500"), &[]).await?;
+    let t0 = Instant::now();
+    let (m, polls) = counted(ws.0.receive()).await;
+    let waited = t0.elapsed();
+    let m = m
+        .map_err(|e| describe(&e))?
+        .ok_or("stream closed while idle")?;
+    ensure!(same(&m, &Message::Text("wake".into())), "got {}", show(&m));
+    ensure!(
+        polls == 2,
+        "the pending receive was polled {polls} times in {waited:?} of idle (2: start, result)"
+    );
+    ensure!(
+        waited >= Duration::from_millis(450),
+        "woke after {waited:?}"
+    );
+    ws.close_and_drain(1000, "").await?;
+    Ok(format!(
+        "pending receive polled twice (start, result) over {waited:?} of idle"
+    ))
+}
+
+/// The p3 variant: a send suspended on a full buffer is resumed once,
+/// when there is room (polled twice: start, result).
+async fn send_ready_wakes(p: &Peer) -> Outcome {
+    let ws = open(&p.ws("/slow-sink?check=0"), &[]).await?;
+    let (n, size) = (384usize, 65536usize);
+    let m = Message::Binary(vec![7; size]);
+    let (mut suspended, mut spurious) = (0usize, 0usize);
+    for k in 0..n {
+        let (r, polls) = counted(ws.0.send(m.clone())).await;
+        r.map_err(|e| format!("send {k}: {}", describe(&e)))?;
+        suspended += usize::from(polls > 1);
+        spurious += polls.saturating_sub(2);
+    }
+    ws.send(&Message::Text("done".into())).await?;
+    let report = expect_text(ws.recv().await?)?;
+    ensure!(
+        report.starts_with(&format!("received {n} ")),
+        "peer: {report}"
+    );
+    ws.close_and_drain(1000, "").await?;
+    ensure!(suspended > 0, "the peer never pushed back ({n} x 64 KiB)");
+    ensure!(
+        spurious == 0,
+        "{spurious} wake-ups of {suspended} suspended sends found no room"
+    );
+    Ok(format!(
+        "{suspended} sends suspended for room, each resumed once"
+    ))
+}
+
+// ---- drop: cancel the pending call, then drop the resource --------------------------
+//
+// The pollable ABI's rule (a pollable outlives its resource, never a trap,
+// never a hang) becomes: a pending call is cancelled at once, the resource
+// it borrowed can be dropped right after, and the host lets go of what it
+// held (the peer sees the close, the port closes).
+
+async fn drop_message_stream(p: &Peer) -> Outcome {
+    let token = format!("p3-drop-{}", wall_nanos());
+    let ws = open(&p.ws(&format!("/observe-close?token={token}")), &[]).await?;
+    let mut receive = Box::pin(ws.0.receive());
+    ensure!(
+        start(&mut receive).await.is_none(),
+        "a receive completed with nothing sent"
+    );
+    ensure!(
+        within(p, &mut receive, 50).await?.is_none(),
+        "a receive completed with nothing sent"
+    );
+    let t0 = Instant::now();
+    drop(receive);
+    drop(ws);
+    let took = t0.elapsed();
+    let observer = open(&p.ws(&format!("/observed?token={token}")), &[]).await?;
+    let code = expect_text(observer.recv().await?)?;
+    ensure!(code == "1000", "the peer saw close {code}");
+    observer.close_and_drain(1000, "").await?;
+    Ok(format!(
+        "pending receive cancelled and stream dropped in {took:?}; the peer saw close 1000"
+    ))
+}
+
+async fn drop_ws_listener(p: &Peer) -> Outcome {
+    let listener = listen(&[])?;
+    let addr = listener.local_address();
+    let mut accept = Box::pin(listener.accept());
+    ensure!(
+        start(&mut accept).await.is_none(),
+        "accept completed with no client"
+    );
+    ensure!(
+        within(p, &mut accept, 50).await?.is_none(),
+        "accept completed with no client"
+    );
+    drop(accept);
+    drop(listener);
+    let took = refused_within_2s(&addr).await?;
+    Ok(format!(
+        "pending accept cancelled, listener dropped: {addr} refused after {took:?}"
+    ))
+}
+
+async fn drop_byte_listener(p: &Peer) -> Outcome {
+    let listener = tcp::listen("127.0.0.1:0").map_err(|e| describe(&e))?;
+    let addr = listener.local_address();
+    let mut accept = Box::pin(listener.accept());
+    ensure!(
+        start(&mut accept).await.is_none(),
+        "accept completed with no client"
+    );
+    ensure!(
+        within(p, &mut accept, 50).await?.is_none(),
+        "accept completed with no client"
+    );
+    drop(accept);
+    drop(listener);
+    let took = refused_within_2s(&addr).await?;
+    Ok(format!(
+        "pending accept cancelled, byte-listener dropped: {addr} refused after {took:?}"
+    ))
+}
+
+async fn drop_future_message_stream(p: &Peer) -> Outcome {
+    // `/stall` never answers the upgrade: the connect stays pending until
+    // the host's handshake deadline unless it is cancelled.
+    let mut connect = Box::pin(websocket::connect(p.ws("/stall"), options(&[])));
+    ensure!(
+        start(&mut connect).await.is_none(),
+        "connect to a stalling peer completed at once"
+    );
+    let t0 = Instant::now();
+    drop(connect);
+    let took = t0.elapsed();
+    ensure!(
+        took < Duration::from_millis(100),
+        "cancelling the connect took {took:?}"
+    );
+    let ws = open(&p.ws("/echo"), &[]).await?;
+    ws.send(&Message::Text("after".into())).await?;
+    ensure!(
+        same(&ws.recv().await?, &Message::Text("after".into())),
+        "echo after the cancelled connect"
+    );
+    ws.close_and_drain(1000, "").await?;
+    Ok(format!(
+        "pending connect cancelled in {took:?}; the next connect works"
+    ))
+}
+
+async fn drop_future_byte_stream(p: &Peer) -> Outcome {
+    let mut connect = Box::pin(tcp::connect(p.addr("tcp-echo").to_string()));
+    let at_once = start(&mut connect).await;
+    let t0 = Instant::now();
+    let what = match at_once {
+        None => "pending connect cancelled",
+        Some(Ok(_)) => "connect done at once, its stream dropped",
+        Some(Err(e)) => return Err(format!("connect: {}", describe(&e))),
+    };
+    drop(connect);
+    let took = t0.elapsed();
+    ensure!(
+        took < Duration::from_millis(100),
+        "dropping the connect took {took:?}"
+    );
+    let mut c = tcp_open(p.addr("tcp-echo")).await?;
+    c.write_all(b"after".to_vec()).await?;
+    ensure!(c.read_up_to(5).await? == b"after", "echo after the drop");
+    Ok(format!("{what} in {took:?}; the next connect works"))
+}
+
+/// The p2 case: the streams of a dropped byte-stream keep working. Here
+/// with a read pending on the incoming stream while the resource drops.
+async fn drop_byte_stream(p: &Peer) -> Outcome {
+    let Tcp {
+        stream,
+        tx,
+        sent: _sent,
+        mut rx,
+        received: _received,
+    } = tcp_open(p.addr("tcp-echo")).await?;
+    let mut tx = tx.ok_or("no writer")?;
+    let mut read = Box::pin(rx.read(Vec::with_capacity(64)));
+    ensure!(
+        start(&mut read).await.is_none(),
+        "a read completed with nothing sent"
+    );
+    drop(stream);
+    let left = tx.write_all(b"still here".to_vec()).await;
+    ensure!(
+        left.is_empty(),
+        "write after the drop: outgoing stream ended"
+    );
+    let mut got = match within(p, &mut read, 2000).await? {
+        Some((StreamResult::Complete(_), buf)) => buf,
+        Some((other, _)) => return Err(format!("the pending read ended: {other:?}")),
+        None => return Err("the pending read got nothing within 2 s".into()),
+    };
+    drop(read);
+    while got.len() < 10 {
+        match rx.read(Vec::with_capacity(64)).await {
+            (StreamResult::Complete(_), buf) => got.extend_from_slice(&buf),
+            (other, _) => return Err(format!("read: {other:?}")),
+        }
+    }
+    ensure!(got == b"still here", "echo {got:?}");
+    Ok("a read pending across the byte-stream's drop completes; both streams work".into())
+}
+
+async fn drop_input_stream(p: &Peer) -> Outcome {
+    let Tcp {
+        stream,
+        tx,
+        sent,
+        mut rx,
+        received: _received,
+    } = tcp_open(p.addr("tcp-echo")).await?;
+    let mut read = Box::pin(rx.read(Vec::with_capacity(64)));
+    ensure!(
+        start(&mut read).await.is_none(),
+        "a read completed with nothing sent"
+    );
+    ensure!(
+        within(p, &mut read, 50).await?.is_none(),
+        "a read completed with nothing sent"
+    );
+    drop(read);
+    drop(rx);
+    // The rest of the connection is unaffected: bytes out, then FIN.
+    let mut tx = tx.ok_or("no writer")?;
+    let left = tx.write_all(b"x".to_vec()).await;
+    ensure!(left.is_empty(), "write: the outgoing stream ended");
+    drop(tx);
+    match sent {
+        Some(f) => f
+            .await
+            .map_err(|e| format!("send ended with {}", describe(&e)))?,
+        None => return Err("no send future".into()),
+    }
+    drop(stream);
+    Ok("pending read cancelled, incoming stream dropped; sending and FIN still work".into())
+}
+
+async fn drop_output_stream(p: &Peer) -> Outcome {
+    let Tcp {
+        stream,
+        tx,
+        sent,
+        mut rx,
+        received,
+    } = tcp_open(p.addr("tcp-echo")).await?;
+    let mut tx = tx.ok_or("no writer")?;
+    // Write without reading the echo until a write stays pending: the
+    // echo peer, the kernel and the host buffer are full.
+    let chunk = 64usize << 10;
+    let mut taken = 0usize;
+    loop {
+        ensure!(taken < 64 << 20, "64 MiB taken and no write suspended");
+        let mut write = Box::pin(tx.write(tcp_pattern(taken, chunk)));
+        let done = match start(&mut write).await {
+            Some(out) => Some(out),
+            None => within(p, &mut write, 200).await?,
+        };
+        match done {
+            Some((StreamResult::Complete(n), _)) => taken += n,
+            Some((other, _)) => return Err(format!("write at {taken}: {other:?}")),
+            None => {
+                // Cancel the pending write: it reports what it took.
+                match write.as_mut().cancel() {
+                    (StreamResult::Complete(n), _) => taken += n,
+                    (StreamResult::Cancelled, _) => {}
+                    (other, _) => return Err(format!("cancelled write: {other:?}")),
+                }
+                break;
+            }
+        }
+    }
+    drop(tx);
+    let (mut got, mut bad) = (0usize, None);
+    loop {
+        match rx.read(Vec::with_capacity(64 << 10)).await {
+            (StreamResult::Complete(_), buf) => {
+                if bad.is_none() && buf[..] != tcp_pattern(got, buf.len())[..] {
+                    bad = Some(got);
+                }
+                got += buf.len();
+            }
+            (StreamResult::Dropped, _) => break,
+            (other, _) => return Err(format!("read: {other:?}")),
+        }
+    }
+    ensure!(bad.is_none(), "the echo differs at byte {bad:?}");
+    ensure!(
+        got == taken,
+        "{taken} bytes taken, {got} came back before the peer's FIN"
+    );
+    if let Some(f) = sent {
+        f.await
+            .map_err(|e| format!("send ended with {}", describe(&e)))?;
+    }
+    if let Some(f) = received {
+        f.await
+            .map_err(|e| format!("receive ended with {}", describe(&e)))?;
+    }
+    drop(stream);
+    Ok(format!(
+        "pending write cancelled, outgoing stream dropped (FIN): the {taken} bytes taken came back in order"
+    ))
+}
+
+// ---- readiness: the waitable set ----------------------------------------------------
+//
+// Register = start a call, deregister = cancel it, reported = completed.
+
+async fn readiness_register_deregister(p: &Peer) -> Outcome {
+    let ws = open(&p.ws("/echo"), &[]).await?;
+    // Register receive: nothing was sent, so it is not reported.
+    let mut receive = Box::pin(ws.0.receive());
+    ensure!(
+        start(&mut receive).await.is_none(),
+        "receive completed with nothing sent"
+    );
+    ensure!(
+        within(p, &mut receive, 50).await?.is_none(),
+        "receive completed with nothing sent"
+    );
+    // Register send on an empty buffer: reported at once.
+    let mut send = Box::pin(ws.0.send(Message::Text("ping".into())));
+    match start(&mut send).await {
+        Some(r) => r.map_err(|e| format!("send: {}", describe(&e)))?,
+        None => return Err("a send into an empty buffer was suspended".into()),
+    }
+    // Deregister the receive before the echo is taken: cancelling the call
+    // takes nothing, so the echo waits for the next receive.
+    drop(receive);
+    sleep(p, 50).await?;
+    let mut again = Box::pin(ws.0.receive());
+    match within(p, &mut again, 2000).await? {
+        Some(Ok(Some(m))) if same(&m, &Message::Text("ping".into())) => {}
+        other => return Err(format!("the receive after the cancel gave {other:?}")),
+    }
+    drop(again);
+    // Taken: a new receive is not reported.
+    let mut idle = Box::pin(ws.0.receive());
+    ensure!(
+        within(p, &mut idle, 50).await?.is_none(),
+        "a receive completed after the echo was taken"
+    );
+    drop(idle);
+    ws.close_and_drain(1000, "").await?;
+    Ok("start = register, cancel = deregister; a cancelled receive takes nothing".into())
+}
+
+async fn readiness_only_ready_reported(p: &Peer) -> Outcome {
+    const STREAMS: usize = 16;
+    let mut streams = Vec::new();
+    for _ in 0..STREAMS {
+        streams.push(open(&p.ws("/echo"), &[]).await?);
+    }
+    let mut set: FuturesUnordered<_> = streams
+        .iter()
+        .enumerate()
+        .map(|(k, ws)| async move { (k, ws.0.receive().await) })
+        .collect();
+    ensure!(
+        within(p, &mut set.next(), 50).await?.is_none(),
+        "a receive completed with nothing sent"
+    );
+    let chosen = [3usize, 11];
+    for &k in &chosen {
+        streams[k].send(&Message::Binary(vec![k as u8; 8])).await?;
+    }
+    let mut seen = Vec::new();
+    while seen.len() < chosen.len() {
+        match within(p, &mut set.next(), 2000).await? {
+            Some(Some((k, Ok(Some(m))))) => {
+                ensure!(chosen.contains(&k), "stream {k} completed, never sent on");
+                ensure!(
+                    same(&m, &Message::Binary(vec![k as u8; 8])),
+                    "stream {k}: {}",
+                    show(&m)
+                );
+                seen.push(k);
+            }
+            Some(other) => return Err(format!("a receive gave {other:?}")),
+            None => return Err(format!("only {seen:?} of {chosen:?} within 2 s")),
+        }
+    }
+    ensure!(
+        within(p, &mut set.next(), 50).await?.is_none(),
+        "a receive completed on a stream never sent on"
+    );
+    ensure!(
+        set.len() == STREAMS - chosen.len(),
+        "{} receives pending",
+        set.len()
+    );
+    drop(set);
+    for ws in &streams {
+        ws.0.close(1000, "").map_err(|e| describe(&e))?;
+    }
+    Ok(format!(
+        "{} of {STREAMS} pending receives completed, the others stayed pending",
+        chosen.len()
+    ))
+}
+
+async fn readiness_drop_registered(p: &Peer) -> Outcome {
+    let a = open(&p.ws("/echo"), &[]).await?;
+    let b = open(&p.ws("/echo"), &[]).await?;
+    let mut ra = Box::pin(a.0.receive());
+    let mut rb = Box::pin(b.0.receive());
+    ensure!(start(&mut ra).await.is_none(), "a: receive completed");
+    ensure!(start(&mut rb).await.is_none(), "b: receive completed");
+    // Drop a registered stream: cancel its call, then the stream.
+    a.send(&Message::Text("x".into())).await?;
+    drop(ra);
+    drop(a);
+    b.send(&Message::Text("y".into())).await?;
+    match within(p, &mut rb, 2000).await? {
+        Some(Ok(Some(m))) if same(&m, &Message::Text("y".into())) => {}
+        other => return Err(format!("b's pending receive gave {other:?}")),
+    }
+    // The listener kind too: a pending accept cancelled, the listener
+    // dropped.
+    let listener = tcp::listen("127.0.0.1:0").map_err(|e| describe(&e))?;
+    let mut accept = Box::pin(listener.accept());
+    ensure!(start(&mut accept).await.is_none(), "accept completed");
+    drop(accept);
+    drop(listener);
+    b.close_and_drain(1000, "").await?;
+    Ok("a dropped stream's and listener's calls cancel cleanly; the rest go on".into())
+}
+
+/// The p3 variant of a full set: the host bounds the calls one guest has
+/// pending (`readiness_set_entries`, 8 in this case's host). One more
+/// fails at once with `invalid-argument` naming the limit; cancelling one
+/// makes room.
+async fn readiness_set_full() -> Outcome {
+    let listener = tcp::listen("127.0.0.1:0").map_err(|e| describe(&e))?;
+    let addr = listener.local_address();
+    let mut pending = Vec::new();
+    let error = loop {
+        let mut accept = Box::pin(listener.accept());
+        match start(&mut accept).await {
+            None => pending.push(accept),
+            Some(Ok(_)) => return Err("accept completed with no client".into()),
+            Some(Err(e)) => break e,
+        }
+        ensure!(
+            pending.len() <= 1 << 20,
+            "no limit after {} calls",
+            pending.len()
+        );
+    };
+    let n = pending.len();
+    let ErrorCode::InvalidArgument(text) = &error else {
+        return Err(format!("call {} gave {}", n + 1, describe(&error)));
+    };
+    ensure!(
+        text.contains("readiness_set_entries"),
+        "the error does not name the limit: {text}"
+    );
+    // Cancel one: room for one more, and only one.
+    pending.pop();
+    let mut accept = Box::pin(listener.accept());
+    ensure!(
+        start(&mut accept).await.is_none(),
+        "a call after a cancel did not start"
+    );
+    pending.push(accept);
+    let mut extra = Box::pin(listener.accept());
+    match start(&mut extra).await {
+        Some(Err(ErrorCode::InvalidArgument(_))) => {}
+        other => return Err(format!("call {} on a full host gave {other:?}", n + 1)),
+    }
+    // The pending calls still work: cancel one for the client's connect.
+    pending.pop();
+    let mut set: FuturesUnordered<_> = pending.into_iter().collect();
+    let (client, server) = futures::future::join(tcp_open(&addr), set.next()).await;
+    client?;
+    match server {
+        Some(Ok(_)) => {}
+        other => return Err(format!("a pending accept gave {other:?}")),
+    }
+    Ok(format!(
+        "full at {n} pending calls: invalid-argument naming the limit; a cancel makes room"
+    ))
 }

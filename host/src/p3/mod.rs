@@ -19,6 +19,9 @@ mod tcp;
 pub use runner::Runner;
 pub use tcp::ByteStream;
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
 use wasmtime::component::{Accessor, HasData, Linker, Resource};
 
 use crate::websocket::{Listener, MessageStream};
@@ -65,6 +68,60 @@ pub fn add_to_linker<T: TetherView + 'static>(linker: &mut Linker<T>) -> wasmtim
     websocket::add_to_linker::<T, HasTetherAsync>(linker, T::tether)?;
     tcp::add_to_linker::<T, HasTetherAsync>(linker, T::tether)
 }
+
+/// One pending async call (`connect`, `accept`, `send`, `receive`) of a
+/// guest, counted while its host future lives: from the call until it
+/// returns or the guest cancels it (dropping the subtask drops the host
+/// future, and with it this guard).
+///
+/// The p3 counterpart of a readiness set's entries: a guest waits on many
+/// streams at once by keeping many calls pending in the component model's
+/// waitable set, and each costs the host a future. A guest may have at
+/// most `readiness_set_entries` (default 65,536) pending at once; one more
+/// returns `invalid-argument` naming the limit at once, and nothing else
+/// changes.
+pub(crate) struct PendingCall(Arc<AtomicUsize>);
+
+impl PendingCall {
+    /// Counts a new pending call of the guest behind `store`, or the
+    /// `invalid-argument` error when it has `readiness_set_entries` already.
+    pub(crate) fn start<T>(store: &Accessor<T, HasTetherAsync>) -> Result<PendingCall, ErrorCode> {
+        let (count, max) = store.with(|mut s| {
+            let ctx = &s.get().ctx;
+            (
+                ctx.pending_calls.clone(),
+                ctx.host.config.limits.readiness_set_entries,
+            )
+        });
+        let taken = count.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+            (n < max).then_some(n + 1)
+        });
+        match taken {
+            Ok(_) => Ok(PendingCall(count)),
+            Err(_) => Err(ErrorCode::InvalidArgument(format!(
+                "too many pending calls: at most {max} at once (limit readiness_set_entries)"
+            ))),
+        }
+    }
+}
+
+impl Drop for PendingCall {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// Starts a [`PendingCall`] or returns its error from the enclosing host
+/// function.
+macro_rules! pending_call {
+    ($store:expr) => {
+        match $crate::p3::PendingCall::start($store) {
+            Ok(guard) => guard,
+            Err(e) => return Ok(Err(e)),
+        }
+    };
+}
+pub(crate) use pending_call;
 
 fn error(e: p2::ErrorCode) -> ErrorCode {
     use p2::ErrorCode as E;
@@ -123,6 +180,7 @@ impl<T> wit::HostListenerWithStore<T> for HasTetherAsync {
         store: &Accessor<T, Self>,
         this: Resource<Listener>,
     ) -> wasmtime::Result<Result<Resource<MessageStream>, ErrorCode>> {
+        let _pending = pending_call!(store);
         let next = store.with(|mut s| s.get().table.get(&this).map(|l| l.next()))?;
         match next.await {
             Ok(stream) => Ok(Ok(store.with(|mut s| {
@@ -151,6 +209,7 @@ impl<T> wit::HostWithStore<T> for HasTetherAsync {
         url: String,
         options: ConnectOptions,
     ) -> wasmtime::Result<Result<Resource<MessageStream>, ErrorCode>> {
+        let _pending = pending_call!(store);
         let target = match websocket::parse_ws_url(&url) {
             Ok(t) => t,
             Err(e) => return Ok(Err(error(e))),
@@ -180,6 +239,7 @@ impl<T> wit::HostMessageStreamWithStore<T> for HasTetherAsync {
         this: Resource<MessageStream>,
         message: Message,
     ) -> wasmtime::Result<Result<(), ErrorCode>> {
+        let _pending = pending_call!(store);
         let len = match &message {
             Message::Text(t) => t.len(),
             Message::Binary(b) => b.len(),
@@ -201,6 +261,7 @@ impl<T> wit::HostMessageStreamWithStore<T> for HasTetherAsync {
         store: &Accessor<T, Self>,
         this: Resource<MessageStream>,
     ) -> wasmtime::Result<Result<Option<Message>, ErrorCode>> {
+        let _pending = pending_call!(store);
         loop {
             let ready = store.with(|mut s| {
                 s.get()

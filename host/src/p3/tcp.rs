@@ -198,6 +198,7 @@ impl<T> wit::HostWithStore<T> for HasTetherAsync {
         store: &Accessor<T, Self>,
         address: String,
     ) -> wasmtime::Result<Result<Resource<ByteStream>, ErrorCode>> {
+        let _pending = super::pending_call!(store);
         let (host, port) = match net::parse_destination(&address) {
             Ok(hp) => hp,
             Err(e) => return Ok(Err(error(e))),
@@ -304,6 +305,7 @@ impl<T> wit::HostByteListenerWithStore<T> for HasTetherAsync {
         store: &Accessor<T, Self>,
         this: Resource<ByteListener>,
     ) -> wasmtime::Result<Result<Resource<ByteStream>, ErrorCode>> {
+        let _pending = super::pending_call!(store);
         let next = store.with(|mut s| s.get().table.get(&this).map(|l| l.next()))?;
         match next.await {
             Ok(halves) => {

@@ -127,3 +127,24 @@ async fn p3_write_suspends_while_the_peer_never_reads() {
         "peak {peak} bytes queued, over the {bound}-byte bound"
     );
 }
+
+/// The async calls one p3 guest has pending are bounded by
+/// `readiness_set_entries`: with 8, the guest's 9th pending `accept` fails
+/// at once with `invalid-argument` naming the limit, and cancelling one
+/// (dropping its subtask drops the host future) makes room for exactly one
+/// more (the suite's `readiness.set-full`). Without the bound the guest
+/// trapped at wasmtime's store handle limit ("cannot allocate another
+/// handle").
+#[tokio::test(flavor = "current_thread")]
+async fn p3_pending_calls_are_bounded_and_a_cancel_frees_one() {
+    let mut config = local_config();
+    config.limits.readiness_set_entries = 8;
+    let runner = Runner::new(config).expect("p3 runner");
+    let out = suite(&runner, "", &["readiness.set-full"]).await;
+    assert!(out.success(), "{}", show(&out));
+    assert!(
+        out.stdout_text().contains("full at 8 pending calls"),
+        "{}",
+        show(&out)
+    );
+}
