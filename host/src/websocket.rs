@@ -1248,7 +1248,7 @@ async fn accept_one(
         let _ = tcp.try_write(&refusal.response());
         ctx.metrics
             .handshake_failed(Direction::Inbound, HandshakeFailure::BadRequest);
-        tracing::info!(%peer, "refused WebSocket upgrade: {}", refusal.reason());
+        tracing::info!(%peer, "rejected WebSocket handshake: {}", refusal.reason());
         return;
     }
     queue.reserve().await;
