@@ -46,6 +46,10 @@ pub struct Case {
     pub max_buffered: Option<usize>,
     /// Wall-clock deadline for the whole guest run.
     pub deadline: Duration,
+    /// The case judges a latency against a fixed bound, so one burst of
+    /// steal time on a shared machine can fail it: a failed run is run
+    /// once more, and the record keeps the first run's message.
+    pub timed: bool,
 }
 
 impl Case {
@@ -62,7 +66,13 @@ const fn case(name: &'static str) -> Case {
         expect: Expect::Pass,
         max_buffered: None,
         deadline: Duration::from_secs(20),
+        timed: false,
     }
+}
+
+const fn timed(mut c: Case) -> Case {
+    c.timed = true;
+    c
 }
 
 const fn with_host(mut c: Case, host: HostVariant) -> Case {
@@ -175,7 +185,7 @@ pub const CASES: &[Case] = &[
         with_host(case("limits.runaway-stopped"), HostVariant::ShortRun),
         Expect::Runaway,
     ),
-    case("wake-ups.first-message-under-1ms"),
+    timed(case("wake-ups.first-message-under-1ms")),
     case("wake-ups.no-periodic-while-idle"),
     case("wake-ups.send-ready-wakes-once-room"),
     case("drop.message-stream"),

@@ -1420,9 +1420,9 @@ fn runaway() -> Outcome {
 // ---- wake-ups -----------------------------------------------------------------
 
 fn first_message_latency(p: &Peer) -> Outcome {
-    let ws = open(&p.ws("/timed?count=5&gap_ms=20"), &[])?;
+    let ws = open(&p.ws("/timed?count=9&gap_ms=20"), &[])?;
     let mut delays = Vec::new();
-    for _ in 0..5 {
+    for _ in 0..9 {
         let sent: u128 = expect_text(ws.recv()?)?.parse().map_err(|_| "bad stamp")?;
         let now = wall_nanos();
         delays.push(now.saturating_sub(sent) as u64);

@@ -938,9 +938,9 @@ async fn receive_over_max(p: &Peer) -> Outcome {
 }
 
 async fn first_message_latency(p: &Peer) -> Outcome {
-    let ws = open(&p.ws("/timed?count=5&gap_ms=20"), &[]).await?;
+    let ws = open(&p.ws("/timed?count=9&gap_ms=20"), &[]).await?;
     let mut delays = Vec::new();
-    for _ in 0..5 {
+    for _ in 0..9 {
         let sent: u128 = expect_text(ws.recv().await?)?
             .parse()
             .map_err(|_| "bad stamp")?;
