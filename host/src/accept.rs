@@ -140,25 +140,13 @@ impl<T: Send + 'static> AcceptQueue<T> {
         }
     }
 
-    /// Waits for the next item (the async interface's `accept`).
-    /// Cancel-safe: the item leaves the queue only when this returns it.
-    /// Errors: `closed` once the host shut down or the listener was
-    /// dropped, and every item accepted before was taken.
-    pub(crate) async fn next(&self) -> Result<T, ErrorCode> {
-        loop {
-            self.accepted
-                .wait_until(|| {
-                    let st = self.lock();
-                    !st.ready.is_empty() || st.stopped || st.closed
-                })
-                .await;
-            if let Some(item) = self.take()? {
-                return Ok(item);
-            }
-            if self.lock().closed {
-                return Err(ErrorCode::Closed);
-            }
-        }
+    /// Resolves once [`AcceptQueue::take`] would return something other
+    /// than `Ok(None)`, or the listener was dropped (the async
+    /// interface's `accept-ready`). Takes nothing: dropping it loses no
+    /// item.
+    pub(crate) fn ready(self: &Arc<Self>) -> impl Future<Output = ()> + Send + use<T> {
+        let mut ready = self.pollable();
+        async move { ready.ready().await }
     }
 
     /// The guest dropped the listener: stops accepting, drops what nobody

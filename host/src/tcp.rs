@@ -672,25 +672,30 @@ impl ByteListener {
         self.local
     }
 
-    /// Waits for the next accepted connection and opens it (for the async
-    /// interface). Cancel-safe: a connection leaves the queue only when
-    /// this returns it. Errors: `closed` once the host shut down (or the
-    /// listener was dropped) and every connection accepted before was
-    /// taken.
-    pub(crate) fn next(
+    /// Takes the next accepted connection and opens its halves, if one is
+    /// waiting (the async interface's non-blocking `accept`). A connection
+    /// the peer already dropped is skipped. Errors: `closed` once the host
+    /// shut down (or the listener was dropped) and every connection
+    /// accepted before was taken.
+    pub(crate) fn try_accept(
         &self,
-    ) -> impl Future<Output = Result<(ByteStream, TcpInput, TcpOutput), ErrorCode>> + Send + use<>
-    {
-        let (ctx, queue) = (self.ctx.clone(), self.queue.clone());
-        async move {
-            loop {
-                let tcp = queue.next().await?;
-                match open_halves(tcp, &ctx, Direction::Inbound) {
-                    Ok(conn) => return Ok(conn),
-                    Err(e) => tracing::debug!("accepted connection already gone: {e:?}"),
-                }
+    ) -> Result<Option<(ByteStream, TcpInput, TcpOutput)>, ErrorCode> {
+        loop {
+            let Some(tcp) = self.queue.take()? else {
+                return Ok(None);
+            };
+            match open_halves(tcp, &self.ctx, Direction::Inbound) {
+                Ok(conn) => return Ok(Some(conn)),
+                Err(e) => tracing::debug!("accepted connection already gone: {e:?}"),
             }
         }
+    }
+
+    /// Resolves once [`ByteListener::try_accept`] would return something
+    /// other than `Ok(None)` (the async interface's `accept-ready`). Takes
+    /// nothing, so dropping it loses no connection.
+    pub(crate) fn accept_ready(&self) -> impl Future<Output = ()> + Send + use<> {
+        self.queue.ready()
     }
 
     /// Where a readiness set watches `accept`.

@@ -532,22 +532,13 @@ impl MessageStream {
         async move { shared.readable.wait_until(|| shared.can_receive()).await }
     }
 
-    /// Resolves once [`MessageStream::send`] would accept a `len`-byte
-    /// message without `would-block` (or would fail for another reason):
-    /// backpressure as a future, for the `p3` interface.
-    pub fn send_ready(&self, len: usize) -> impl Future<Output = ()> + Send + use<> {
+    /// Resolves once [`MessageStream::send`] would not return
+    /// `would-block` for the message it last refused (or would fail for
+    /// another reason): the readiness of `subscribe-send` as a future, for
+    /// the `p3` interface's `send-ready`.
+    pub fn send_ready(&self) -> impl Future<Output = ()> + Send + use<> {
         let shared = self.shared.clone();
-        async move {
-            let fits = || {
-                let st = shared.lock();
-                st.outbound_bytes == 0
-                    || st.outbound_bytes + len <= shared.outbound_limit
-                    || st.close_queued
-                    || st.read_end.is_some()
-                    || st.write_error.is_some()
-            };
-            shared.writable.wait_until(fits).await
-        }
+        async move { shared.writable.wait_until(|| shared.can_send()).await }
     }
 
     /// Where a readiness set watches `interest` (`receive`, `send`): the
@@ -1403,14 +1394,11 @@ impl Listener {
         self.queue.take()
     }
 
-    /// Waits for the next accepted stream (the async interface's
-    /// `accept`). Cancel-safe: a stream leaves the queue only when this
-    /// returns it. Errors: as [`Listener::accept`].
-    pub(crate) fn next(
-        &self,
-    ) -> impl Future<Output = Result<MessageStream, ErrorCode>> + Send + use<> {
-        let queue = self.queue.clone();
-        async move { queue.next().await }
+    /// Resolves once [`Listener::accept`] would return something other
+    /// than `Ok(None)` (the async interface's `accept-ready`). Takes
+    /// nothing, so dropping it loses no stream.
+    pub(crate) fn accept_ready(&self) -> impl Future<Output = ()> + Send + use<> {
+        self.queue.ready()
     }
 }
 

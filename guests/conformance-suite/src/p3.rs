@@ -21,12 +21,16 @@ use futures::stream::FuturesUnordered;
 wit_bindgen::generate!({
     path: "../../wit-p3",
     world: "tether:streams-async/command",
+    with: {
+        "tether:streams-async/types@0.1.0": tether_guest_sdk::p3::types,
+        "tether:streams-async/websocket@0.1.0": tether_guest_sdk::p3::websocket,
+        "tether:streams-async/tcp@0.1.0": tether_guest_sdk::p3::tcp,
+    },
 });
 
-use tether::streams_async::tcp;
-use tether::streams_async::types::ErrorCode;
-use tether::streams_async::websocket::{
-    self, ConnectOptions, ListenOptions, Message, MessageStream,
+use tether_guest_sdk::p3::{
+    ConnectOptions, ErrorCode, ListenOptions, Message, MessageStream, describe, error_kind as kind,
+    tcp, websocket, wit_stream,
 };
 use wit_bindgen::{FutureReader, StreamReader, StreamResult, StreamWriter};
 
@@ -292,27 +296,6 @@ async fn run_case(name: &str, p: &Peer) -> Outcome {
 
 // ---- helpers ------------------------------------------------------------------
 
-fn kind(e: &ErrorCode) -> &'static str {
-    match e {
-        ErrorCode::InvalidUrl(_) => "invalid-url",
-        ErrorCode::Denied(_) => "denied",
-        ErrorCode::DnsFailure(_) => "dns-failure",
-        ErrorCode::ConnectionRefused(_) => "connection-refused",
-        ErrorCode::Timeout => "timeout",
-        ErrorCode::TlsFailure(_) => "tls-failure",
-        ErrorCode::ProtocolError(_) => "protocol-error",
-        ErrorCode::Closed => "closed",
-        ErrorCode::MessageTooLarge(_) => "message-too-large",
-        ErrorCode::WouldBlock => "would-block",
-        ErrorCode::InvalidArgument(_) => "invalid-argument",
-        ErrorCode::Other(_) => "other",
-    }
-}
-
-fn describe(e: &ErrorCode) -> String {
-    format!("{}: {e:?}", kind(e))
-}
-
 fn options(protocols: &[&str]) -> ConnectOptions {
     ConnectOptions {
         subprotocols: protocols.iter().map(|s| s.to_string()).collect(),
@@ -332,12 +315,12 @@ async fn open(url: &str, protocols: &[&str]) -> Result<Ws, String> {
 impl Ws {
     async fn send(&self, m: &Message) -> Result<(), String> {
         self.0
-            .send(m.clone())
+            .send_message(m)
             .await
             .map_err(|e| format!("send: {}", describe(&e)))
     }
     async fn recv(&self) -> Result<Message, String> {
-        match self.0.receive().await {
+        match self.0.next_message().await {
             Ok(Some(m)) => Ok(m),
             Ok(None) => Err("stream closed".into()),
             Err(e) => Err(format!("receive: {}", describe(&e))),
@@ -346,7 +329,7 @@ impl Ws {
     async fn drain(&self) -> (usize, Option<ErrorCode>) {
         let mut n = 0;
         loop {
-            match self.0.receive().await {
+            match self.0.next_message().await {
                 Ok(Some(_)) => n += 1,
                 Ok(None) => return (n, None),
                 Err(e) => return (n, Some(e)),
@@ -750,12 +733,12 @@ async fn reason_rules(p: &Peer) -> Outcome {
 async fn send_after_close(p: &Peer) -> Outcome {
     let ws = open(&p.ws("/echo"), &[]).await?;
     ws.0.close(1000, "").map_err(|e| describe(&e))?;
-    match ws.0.send(Message::Text("late".into())).await {
+    match ws.0.send(&Message::Text("late".into())) {
         Err(ErrorCode::Closed) => {}
         other => return Err(format!("send after close gave {other:?}")),
     }
     ws.drain().await;
-    match ws.0.send(Message::Text("later".into())).await {
+    match ws.0.send(&Message::Text("later".into())) {
         Err(ErrorCode::Closed) => Ok("send after close: closed".into()),
         other => Err(format!("send after the closing handshake gave {other:?}")),
     }
@@ -765,12 +748,12 @@ async fn receive_after_close(p: &Peer) -> Outcome {
     let ws = open(&p.ws("/echo"), &[]).await?;
     ws.close_and_drain(1000, "").await?;
     for _ in 0..3 {
-        match ws.0.receive().await {
-            Ok(None) => {}
+        match ws.0.receive() {
+            Err(ErrorCode::Closed) => {}
             other => return Err(format!("receive after close gave {other:?}")),
         }
     }
-    Ok("none, repeatedly, at once".into())
+    Ok("closed, repeatedly, at once".into())
 }
 
 async fn idempotent(p: &Peer) -> Outcome {
@@ -801,8 +784,8 @@ async fn backlog_after_close(p: &Peer) -> Outcome {
             "message {k} differs"
         );
     }
-    match ws.0.receive().await {
-        Ok(None) => Ok("10 messages read after the peer's close frame".into()),
+    match ws.0.receive() {
+        Err(ErrorCode::Closed) => Ok("10 messages read after the peer's close frame".into()),
         other => Err(format!("after the backlog: {other:?}")),
     }
 }
@@ -913,7 +896,7 @@ async fn tls_round_trip(p: &Peer) -> Outcome {
 
 async fn send_over_max(p: &Peer) -> Outcome {
     let ws = open(&p.ws("/echo"), &[]).await?;
-    match ws.0.send(Message::Binary(vec![0; (1 << 20) + 1])).await {
+    match ws.0.send(&Message::Binary(vec![0; (1 << 20) + 1])) {
         Err(ErrorCode::MessageTooLarge(n)) => ensure!(n == 1 << 20, "limit reported as {n}"),
         other => return Err(format!("1 MiB + 1 gave {other:?}")),
     }
@@ -1196,7 +1179,7 @@ async fn tcp_denied() -> Outcome {
 async fn tcp_listener() -> Outcome {
     let listener = tcp::listen("127.0.0.1:0").map_err(|e| describe(&e))?;
     let addr = listener.local_address();
-    let (client, server) = futures::future::join(tcp_open(&addr), listener.accept()).await;
+    let (client, server) = futures::future::join(tcp_open(&addr), listener.next_connection()).await;
     let mut client = client?;
     let mut server = Tcp::new(server.map_err(|e| format!("accept: {}", describe(&e)))?);
     ensure!(
@@ -1286,7 +1269,8 @@ async fn self_connect(
     protocols: &[&str],
 ) -> Result<(Ws, Ws), String> {
     let url = format!("ws://{}{path}", listener.local_address());
-    let (client, server) = futures::future::join(open(&url, protocols), listener.accept()).await;
+    let (client, server) =
+        futures::future::join(open(&url, protocols), listener.next_stream()).await;
     let server = server.map_err(|e| format!("accept: {}", describe(&e)))?;
     Ok((client?, Ws(server)))
 }
@@ -1473,7 +1457,9 @@ async fn send_would_block(p: &Peer) -> Outcome {
     // one still pending after 200 ms found it full.
     let mut blocked = loop {
         ensure!(k < 1024, "64 MiB taken and no send suspended");
-        let mut send = Box::pin(ws.0.send(Message::Binary(pattern(k, size))));
+        let message = Message::Binary(pattern(k, size));
+        let stream = &ws.0;
+        let mut send = Box::pin(async move { stream.send_message(&message).await });
         k += 1;
         match start(&mut send).await {
             Some(r) => r.map_err(|e| format!("send {k}: {}", describe(&e)))?,
@@ -1518,7 +1504,7 @@ async fn send_would_block(p: &Peer) -> Outcome {
 async fn idle(p: &Peer) -> Outcome {
     let ws = open(&p.ws("/idle?ms=500"), &[]).await?;
     let t0 = Instant::now();
-    let (m, polls) = counted(ws.0.receive()).await;
+    let (m, polls) = counted(ws.0.next_message()).await;
     let waited = t0.elapsed();
     let m = m
         .map_err(|e| describe(&e))?
@@ -1546,7 +1532,7 @@ async fn send_ready_wakes(p: &Peer) -> Outcome {
     let m = Message::Binary(vec![7; size]);
     let (mut suspended, mut spurious) = (0usize, 0usize);
     for k in 0..n {
-        let (r, polls) = counted(ws.0.send(m.clone())).await;
+        let (r, polls) = counted(ws.0.send_message(&m)).await;
         r.map_err(|e| format!("send {k}: {}", describe(&e)))?;
         suspended += usize::from(polls > 1);
         spurious += polls.saturating_sub(2);
@@ -1578,7 +1564,7 @@ async fn send_ready_wakes(p: &Peer) -> Outcome {
 async fn drop_message_stream(p: &Peer) -> Outcome {
     let token = format!("p3-drop-{}", wall_nanos());
     let ws = open(&p.ws(&format!("/observe-close?token={token}")), &[]).await?;
-    let mut receive = Box::pin(ws.0.receive());
+    let mut receive = Box::pin(ws.0.next_message());
     ensure!(
         start(&mut receive).await.is_none(),
         "a receive completed with nothing sent"
@@ -1603,7 +1589,7 @@ async fn drop_message_stream(p: &Peer) -> Outcome {
 async fn drop_ws_listener(p: &Peer) -> Outcome {
     let listener = listen(&[])?;
     let addr = listener.local_address();
-    let mut accept = Box::pin(listener.accept());
+    let mut accept = Box::pin(listener.next_stream());
     ensure!(
         start(&mut accept).await.is_none(),
         "accept completed with no client"
@@ -1623,7 +1609,7 @@ async fn drop_ws_listener(p: &Peer) -> Outcome {
 async fn drop_byte_listener(p: &Peer) -> Outcome {
     let listener = tcp::listen("127.0.0.1:0").map_err(|e| describe(&e))?;
     let addr = listener.local_address();
-    let mut accept = Box::pin(listener.accept());
+    let mut accept = Box::pin(listener.next_connection());
     ensure!(
         start(&mut accept).await.is_none(),
         "accept completed with no client"
@@ -1834,7 +1820,7 @@ async fn drop_output_stream(p: &Peer) -> Outcome {
 async fn readiness_register_deregister(p: &Peer) -> Outcome {
     let ws = open(&p.ws("/echo"), &[]).await?;
     // Register receive: nothing was sent, so it is not reported.
-    let mut receive = Box::pin(ws.0.receive());
+    let mut receive = Box::pin(ws.0.next_message());
     ensure!(
         start(&mut receive).await.is_none(),
         "receive completed with nothing sent"
@@ -1844,7 +1830,8 @@ async fn readiness_register_deregister(p: &Peer) -> Outcome {
         "receive completed with nothing sent"
     );
     // Register send on an empty buffer: reported at once.
-    let mut send = Box::pin(ws.0.send(Message::Text("ping".into())));
+    let ping = Message::Text("ping".into());
+    let mut send = Box::pin(ws.0.send_message(&ping));
     match start(&mut send).await {
         Some(r) => r.map_err(|e| format!("send: {}", describe(&e)))?,
         None => return Err("a send into an empty buffer was suspended".into()),
@@ -1853,14 +1840,14 @@ async fn readiness_register_deregister(p: &Peer) -> Outcome {
     // takes nothing, so the echo waits for the next receive.
     drop(receive);
     sleep(p, 50).await?;
-    let mut again = Box::pin(ws.0.receive());
+    let mut again = Box::pin(ws.0.next_message());
     match within(p, &mut again, 2000).await? {
         Some(Ok(Some(m))) if same(&m, &Message::Text("ping".into())) => {}
         other => return Err(format!("the receive after the cancel gave {other:?}")),
     }
     drop(again);
     // Taken: a new receive is not reported.
-    let mut idle = Box::pin(ws.0.receive());
+    let mut idle = Box::pin(ws.0.next_message());
     ensure!(
         within(p, &mut idle, 50).await?.is_none(),
         "a receive completed after the echo was taken"
@@ -1879,7 +1866,7 @@ async fn readiness_only_ready_reported(p: &Peer) -> Outcome {
     let mut set: FuturesUnordered<_> = streams
         .iter()
         .enumerate()
-        .map(|(k, ws)| async move { (k, ws.0.receive().await) })
+        .map(|(k, ws)| async move { (k, ws.0.next_message().await) })
         .collect();
     ensure!(
         within(p, &mut set.next(), 50).await?.is_none(),
@@ -1927,8 +1914,8 @@ async fn readiness_only_ready_reported(p: &Peer) -> Outcome {
 async fn readiness_drop_registered(p: &Peer) -> Outcome {
     let a = open(&p.ws("/echo"), &[]).await?;
     let b = open(&p.ws("/echo"), &[]).await?;
-    let mut ra = Box::pin(a.0.receive());
-    let mut rb = Box::pin(b.0.receive());
+    let mut ra = Box::pin(a.0.next_message());
+    let mut rb = Box::pin(b.0.next_message());
     ensure!(start(&mut ra).await.is_none(), "a: receive completed");
     ensure!(start(&mut rb).await.is_none(), "b: receive completed");
     // Drop a registered stream: cancel its call, then the stream.
@@ -1943,7 +1930,7 @@ async fn readiness_drop_registered(p: &Peer) -> Outcome {
     // The listener kind too: a pending accept cancelled, the listener
     // dropped.
     let listener = tcp::listen("127.0.0.1:0").map_err(|e| describe(&e))?;
-    let mut accept = Box::pin(listener.accept());
+    let mut accept = Box::pin(listener.next_connection());
     ensure!(start(&mut accept).await.is_none(), "accept completed");
     drop(accept);
     drop(listener);
@@ -1960,7 +1947,7 @@ async fn readiness_set_full() -> Outcome {
     let addr = listener.local_address();
     let mut pending = Vec::new();
     let error = loop {
-        let mut accept = Box::pin(listener.accept());
+        let mut accept = Box::pin(listener.next_connection());
         match start(&mut accept).await {
             None => pending.push(accept),
             Some(Ok(_)) => return Err("accept completed with no client".into()),
@@ -1982,13 +1969,13 @@ async fn readiness_set_full() -> Outcome {
     );
     // Cancel one: room for one more, and only one.
     pending.pop();
-    let mut accept = Box::pin(listener.accept());
+    let mut accept = Box::pin(listener.next_connection());
     ensure!(
         start(&mut accept).await.is_none(),
         "a call after a cancel did not start"
     );
     pending.push(accept);
-    let mut extra = Box::pin(listener.accept());
+    let mut extra = Box::pin(listener.next_connection());
     match start(&mut extra).await {
         Some(Err(ErrorCode::InvalidArgument(_))) => {}
         other => return Err(format!("call {} on a full host gave {other:?}", n + 1)),

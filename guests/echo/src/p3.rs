@@ -9,15 +9,18 @@
 //!                                       accept streams and echo them (0 = forever);
 //!                                       --tcp: also TCP byte streams on TCP_ADDR
 //! echo-p3 ping URL PHASE...             measure round trips against an echo server
+//! echo-p3 race URL TICK_URL             echo URL's messages, racing every wait
+//!                                       against TICK_URL's messages (timers)
 //! ```
 //!
 //! `ping` phases are those of `main.rs` (`rtt:N:SIZE`, `nagle:N:SIZE`,
 //! `pipeline:N:SIZE:WINDOW`), with the same output lines.
 //!
 //! `server` keeps one future per open stream and one per listener's
-//! pending `accept` in one `FuturesUnordered`. Each future waits inside an
-//! async import (`receive`, `send`, `accept`, a `stream<u8>` read or
-//! write); the host reports a finished call through the component's
+//! accept in one `FuturesUnordered`. Each future waits inside an async
+//! import (`receive-ready`, `send-ready`, `accept-ready`, a `stream<u8>`
+//! read or write) and takes its data with the non-blocking call, so any
+//! of them can be dropped without losing a message (`tether_guest_sdk::p3`); the host reports a finished call through the component's
 //! waitable set, and the runtime wakes and polls only the future whose
 //! call finished: a wake-up costs O(ready streams), not O(open streams),
 //! like the p2 build's readiness set. With `--tcp` the byte streams'
@@ -42,12 +45,16 @@ use phase::{Phase, samples_line};
 wit_bindgen::generate!({
     path: "../../wit-p3",
     world: "tether:streams-async/command",
+    with: {
+        "tether:streams-async/types@0.1.0": tether_guest_sdk::p3::types,
+        "tether:streams-async/websocket@0.1.0": tether_guest_sdk::p3::websocket,
+        "tether:streams-async/tcp@0.1.0": tether_guest_sdk::p3::tcp,
+    },
 });
 
-use tether::streams_async::tcp;
-use tether::streams_async::types::ErrorCode;
-use tether::streams_async::websocket::{
-    self, ConnectOptions, ListenOptions, Message, MessageStream,
+use tether_guest_sdk::p3::{
+    ConnectOptions, ErrorCode, ListenOptions, Message, MessageStream, describe, error_kind as kind,
+    message_len as len, tcp, websocket,
 };
 use wit_bindgen::StreamResult;
 
@@ -71,6 +78,7 @@ impl Guest for Echo {
                 server(&args[2], max, tcp).await
             }
             Some("ping") if args.len() >= 4 => ping(&args[2], &args[3..]).await,
+            Some("race") if args.len() == 4 => race(&args[2], &args[3]).await,
             _ => return usage(),
         };
         result.map_err(|e| {
@@ -84,38 +92,9 @@ export!(Echo);
 
 fn usage() -> Result<(), ()> {
     eprintln!(
-        "usage: echo-p3 client URL [SUBPROTOCOL...] | echo-p3 server ADDR [MAX_CONNECTIONS] [--tcp TCP_ADDR] | echo-p3 ping URL PHASE..."
+        "usage: echo-p3 client URL [SUBPROTOCOL...] | echo-p3 server ADDR [MAX_CONNECTIONS] [--tcp TCP_ADDR] | echo-p3 ping URL PHASE... | echo-p3 race URL TICK_URL"
     );
     Err(())
-}
-
-/// The error's case name, as `tether:streams-async/types` spells it.
-fn kind(e: &ErrorCode) -> &'static str {
-    match e {
-        ErrorCode::InvalidUrl(_) => "invalid-url",
-        ErrorCode::Denied(_) => "denied",
-        ErrorCode::DnsFailure(_) => "dns-failure",
-        ErrorCode::ConnectionRefused(_) => "connection-refused",
-        ErrorCode::Timeout => "timeout",
-        ErrorCode::TlsFailure(_) => "tls-failure",
-        ErrorCode::ProtocolError(_) => "protocol-error",
-        ErrorCode::Closed => "closed",
-        ErrorCode::MessageTooLarge(_) => "message-too-large",
-        ErrorCode::WouldBlock => "would-block",
-        ErrorCode::InvalidArgument(_) => "invalid-argument",
-        ErrorCode::Other(_) => "other",
-    }
-}
-
-fn describe(e: &ErrorCode) -> String {
-    format!("{}: {e:?}", kind(e))
-}
-
-fn len(m: &Message) -> usize {
-    match m {
-        Message::Text(t) => t.len(),
-        Message::Binary(b) => b.len(),
-    }
 }
 
 async fn connect(url: &str, subprotocols: &[String]) -> Result<MessageStream, ErrorCode> {
@@ -134,11 +113,11 @@ async fn client(url: &str, subprotocols: &[String]) -> Result<(), ErrorCode> {
     );
     let (mut count, mut bytes) = (0u64, 0u64);
     let end = loop {
-        match stream.receive().await {
+        match stream.next_message().await {
             Ok(Some(m)) => {
                 bytes += len(&m) as u64;
                 count += 1;
-                if let Err(e) = stream.send(m).await {
+                if let Err(e) = stream.send_message(&m).await {
                     break Err(e);
                 }
             }
@@ -185,10 +164,10 @@ async fn server(addr: &str, max_connections: u64, tcp_addr: Option<&str>) -> Res
         None => None,
     };
     fn ws_accept(l: &websocket::Listener) -> Pending<'_> {
-        Box::pin(async move { Event::Ws(l.accept().await) })
+        Box::pin(async move { Event::Ws(l.next_stream().await) })
     }
     fn tcp_accept(l: &tcp::ByteListener) -> Pending<'_> {
-        Box::pin(async move { Event::Tcp(l.accept().await) })
+        Box::pin(async move { Event::Tcp(l.next_connection().await) })
     }
     // Declared after the listeners, so dropped (the pending `accept`s
     // cancelled) before them.
@@ -230,8 +209,8 @@ async fn server(addr: &str, max_connections: u64, tcp_addr: Option<&str>) -> Res
 
 /// Echoes one WebSocket stream's messages until it ends.
 async fn echo_ws(stream: MessageStream) {
-    while let Ok(Some(m)) = stream.receive().await {
-        if stream.send(m).await.is_err() {
+    while let Ok(Some(m)) = stream.next_message().await {
+        if stream.send_message(&m).await.is_err() {
             break;
         }
     }
@@ -243,7 +222,7 @@ const TCP_READ_BYTES: usize = 64 << 10;
 /// Echoes one TCP byte stream until the peer half-closes (then ends the
 /// outgoing stream: FIN after the echoed bytes) or it fails.
 async fn echo_tcp(stream: tcp::ByteStream) {
-    let (mut tx, data) = wit_stream::new::<u8>();
+    let (mut tx, data) = tether_guest_sdk::p3::wit_stream::new::<u8>();
     let _sent = stream.send(data);
     let (mut rx, _received) = stream.receive();
     loop {
@@ -293,8 +272,9 @@ impl Window {
 
 async fn ping(url: &str, phases: &[String]) -> Result<(), ErrorCode> {
     let stream = connect(url, &[]).await?;
-    let receive =
-        async || -> Result<Message, ErrorCode> { stream.receive().await?.ok_or(ErrorCode::Closed) };
+    let receive = async || -> Result<Message, ErrorCode> {
+        stream.next_message().await?.ok_or(ErrorCode::Closed)
+    };
     for phase in phases {
         match Phase::parse(phase).map_err(ErrorCode::InvalidArgument)? {
             Phase::RoundTrips {
@@ -308,7 +288,7 @@ async fn ping(url: &str, phases: &[String]) -> Result<(), ErrorCode> {
                 for _ in 0..n {
                     let t0 = Instant::now();
                     for _ in 0..sends {
-                        stream.send(message.clone()).await?;
+                        stream.send_message(&message).await?;
                     }
                     for _ in 0..sends {
                         receive().await?;
@@ -342,7 +322,7 @@ async fn ping(url: &str, phases: &[String]) -> Result<(), ErrorCode> {
                 let sender = async {
                     for sent in 0..n {
                         gate.room(sent, window).await;
-                        stream.send(message.clone()).await?;
+                        stream.send_message(&message).await?;
                     }
                     Ok::<(), ErrorCode>(())
                 };
@@ -354,6 +334,52 @@ async fn ping(url: &str, phases: &[String]) -> Result<(), ErrorCode> {
     }
     stream.close(1000, "done")?;
     // Wait for the closing handshake so the server sees a clean close.
-    while stream.receive().await?.is_some() {}
+    while stream.next_message().await?.is_some() {}
+    Ok(())
+}
+
+/// `race`: echoes every message of the stream at `url`, racing each wait
+/// (for a message, for room to send its echo) against the next message of
+/// the stream at `tick_url`, whose peer sends one every 0-1 ms: the
+/// guest's timer. When the tick wins, the other future is dropped, which
+/// cancels its pending host call; a receive is retried, and a send is
+/// retried with the same message. Prints `raced N messages,
+/// R receives and S sends cancelled`. Nothing may be lost or doubled.
+async fn race(url: &str, tick_url: &str) -> Result<(), ErrorCode> {
+    use futures::future::{Either, select};
+    use std::pin::pin;
+    let stream = connect(url, &[]).await?;
+    let ticks = connect(tick_url, &[]).await?;
+    let tick = async || match ticks.next_message().await {
+        Ok(Some(_)) => Ok(()),
+        Ok(None) => Err(ErrorCode::Other("the tick stream ended".into())),
+        Err(e) => Err(e),
+    };
+    let (mut echoed, mut receives, mut sends) = (0u64, 0u64, 0u64);
+    loop {
+        // The tick first: when both finished, the receive is the one
+        // dropped.
+        let message = loop {
+            match select(pin!(tick()), pin!(stream.next_message())).await {
+                Either::Left((t, _)) => {
+                    t?;
+                    receives += 1;
+                }
+                Either::Right((m, _)) => break m?,
+            }
+        };
+        let Some(message) = message else { break };
+        loop {
+            match select(pin!(tick()), pin!(stream.send_message(&message))).await {
+                Either::Left((t, _)) => {
+                    t?;
+                    sends += 1;
+                }
+                Either::Right((sent, _)) => break sent?,
+            }
+        }
+        echoed += 1;
+    }
+    println!("raced {echoed} messages, {receives} receives and {sends} sends cancelled");
     Ok(())
 }

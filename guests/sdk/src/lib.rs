@@ -11,6 +11,9 @@ wit_bindgen::generate!({
     generate_all,
 });
 
+#[cfg(feature = "p3")]
+pub mod p3;
+
 pub use tether::streams::readiness::{Interest, ReadinessSet};
 pub use tether::streams::tcp;
 pub use tether::streams::types::ErrorCode;

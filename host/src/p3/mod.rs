@@ -1,14 +1,17 @@
-//! The component-model-async (WASIp3-style) variant of the WebSocket
-//! interface: `tether:streams-async` (`wit-p3/tether.wit`), where `send`,
-//! `receive` and `connect` are `async func`s instead of calls plus
-//! `wasi:io` pollables.
+//! The component-model-async (WASIp3-style) variant of the interface:
+//! `tether:streams-async` (`wit-p3/tether.wit`), where waiting happens in
+//! `async func`s (`connect`, `receive-ready`, `send-ready`,
+//! `accept-ready`) instead of through `wasi:io` pollables.
 //!
 //! It is a thin layer over the same [`MessageStream`] the p2-style
-//! interface uses (same tasks, buffers, limits and wake-ups): an async call
-//! awaits the stream's readiness future outside the store, then takes the
-//! result. WebSocket listeners share the accept queue of the p2-style
-//! listener; TCP byte streams (`tcp.rs`) are `stream<u8>`s over the halves
-//! of [`crate::tcp`].
+//! interface uses (same tasks, buffers, limits and wake-ups). Nothing the
+//! host hands over travels in an async call's result, so a guest can
+//! cancel any call without losing a message or a stream: the `-ready`
+//! calls await the stream's or listener's readiness future outside the
+//! store and return nothing, and the non-blocking `send`, `receive` and
+//! `accept` move the data. WebSocket listeners share the accept queue of
+//! the p2-style listener; TCP byte streams (`tcp.rs`) are `stream<u8>`s
+//! over the halves of [`crate::tcp`].
 //!
 //! Embedding: [`add_to_linker`] next to `wasmtime_wasi::p2::add_to_linker_async`
 //! on an engine with `wasm_component_model_async(true)`, or [`Runner`].
@@ -69,7 +72,7 @@ pub fn add_to_linker<T: TetherView + 'static>(linker: &mut Linker<T>) -> wasmtim
     tcp::add_to_linker::<T, HasTetherAsync>(linker, T::tether)
 }
 
-/// One pending async call (`connect`, `accept`, `send`, `receive`) of a
+/// One pending async call (`connect`, a `-ready` wait) of a
 /// guest, counted while its host future lives: from the call until it
 /// returns or the guest cancels it (dropping the subtask drops the host
 /// future, and with it this guard).
@@ -176,23 +179,31 @@ impl wit::Host for TetherCtxView<'_> {
 }
 
 impl<T> wit::HostListenerWithStore<T> for HasTetherAsync {
-    async fn accept(
+    async fn accept_ready(
         store: &Accessor<T, Self>,
         this: Resource<Listener>,
-    ) -> wasmtime::Result<Result<Resource<MessageStream>, ErrorCode>> {
+    ) -> wasmtime::Result<Result<(), ErrorCode>> {
         let _pending = pending_call!(store);
-        let next = store.with(|mut s| s.get().table.get(&this).map(|l| l.next()))?;
-        match next.await {
-            Ok(stream) => Ok(Ok(store.with(|mut s| {
-                let view = s.get();
-                websocket::hand_over(view.ctx, view.table, stream)
-            })?)),
-            Err(e) => Ok(Err(error(e))),
-        }
+        let ready = store.with(|mut s| s.get().table.get(&this).map(|l| l.accept_ready()))?;
+        ready.await;
+        Ok(Ok(()))
     }
 }
 
 impl wit::HostListener for TetherCtxView<'_> {
+    fn accept(
+        &mut self,
+        this: Resource<Listener>,
+    ) -> wasmtime::Result<Result<Option<Resource<MessageStream>>, ErrorCode>> {
+        match self.table.get(&this)?.accept() {
+            Ok(Some(stream)) => Ok(Ok(Some(websocket::hand_over(
+                self.ctx, self.table, stream,
+            )?))),
+            Ok(None) => Ok(Ok(None)),
+            Err(e) => Ok(Err(error(e))),
+        }
+    }
+
     fn local_address(&mut self, this: Resource<Listener>) -> wasmtime::Result<String> {
         Ok(self.table.get(&this)?.local_addr().to_string())
     }
@@ -234,54 +245,54 @@ impl<T> wit::HostWithStore<T> for HasTetherAsync {
 }
 
 impl<T> wit::HostMessageStreamWithStore<T> for HasTetherAsync {
-    async fn send(
+    async fn receive_ready(
         store: &Accessor<T, Self>,
         this: Resource<MessageStream>,
-        message: Message,
     ) -> wasmtime::Result<Result<(), ErrorCode>> {
         let _pending = pending_call!(store);
-        let len = match &message {
-            Message::Text(t) => t.len(),
-            Message::Binary(b) => b.len(),
-        };
         let ready = store.with(|mut s| {
             s.get()
                 .table
                 .get(&this)
-                .map(|stream| stream.send_ready(len))
+                .map(|stream| stream.receive_ready())
         })?;
         ready.await;
-        store.with(|mut s| {
-            let stream = s.get().table.get(&this)?;
-            Ok(stream.send(to_p2(message)).map_err(error))
-        })
+        Ok(Ok(()))
     }
 
-    async fn receive(
+    async fn send_ready(
         store: &Accessor<T, Self>,
         this: Resource<MessageStream>,
-    ) -> wasmtime::Result<Result<Option<Message>, ErrorCode>> {
+    ) -> wasmtime::Result<Result<(), ErrorCode>> {
         let _pending = pending_call!(store);
-        loop {
-            let ready = store.with(|mut s| {
-                s.get()
-                    .table
-                    .get(&this)
-                    .map(|stream| stream.receive_ready())
-            })?;
-            ready.await;
-            let got = store.with(|mut s| s.get().table.get(&this).map(|st| st.receive()))?;
-            match got {
-                Ok(Some(m)) => return Ok(Ok(Some(from_p2(m)))),
-                Ok(None) => continue,
-                Err(p2::ErrorCode::Closed) => return Ok(Ok(None)),
-                Err(e) => return Ok(Err(error(e))),
-            }
-        }
+        let ready =
+            store.with(|mut s| s.get().table.get(&this).map(|stream| stream.send_ready()))?;
+        ready.await;
+        Ok(Ok(()))
     }
 }
 
 impl wit::HostMessageStream for TetherCtxView<'_> {
+    fn send(
+        &mut self,
+        this: Resource<MessageStream>,
+        message: Message,
+    ) -> wasmtime::Result<Result<(), ErrorCode>> {
+        Ok(self.table.get(&this)?.send(to_p2(message)).map_err(error))
+    }
+
+    fn receive(
+        &mut self,
+        this: Resource<MessageStream>,
+    ) -> wasmtime::Result<Result<Option<Message>, ErrorCode>> {
+        Ok(self
+            .table
+            .get(&this)?
+            .receive()
+            .map(|m| m.map(from_p2))
+            .map_err(error))
+    }
+
     fn close(
         &mut self,
         this: Resource<MessageStream>,

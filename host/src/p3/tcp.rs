@@ -301,24 +301,29 @@ impl wit::HostByteStream for TetherCtxView<'_> {
 }
 
 impl<T> wit::HostByteListenerWithStore<T> for HasTetherAsync {
-    async fn accept(
+    async fn accept_ready(
         store: &Accessor<T, Self>,
         this: Resource<ByteListener>,
-    ) -> wasmtime::Result<Result<Resource<ByteStream>, ErrorCode>> {
+    ) -> wasmtime::Result<Result<(), ErrorCode>> {
         let _pending = super::pending_call!(store);
-        let next = store.with(|mut s| s.get().table.get(&this).map(|l| l.next()))?;
-        match next.await {
-            Ok(halves) => {
-                Ok(Ok(store.with(|mut s| {
-                    s.get().table.push(ByteStream::new(halves))
-                })?))
-            }
-            Err(e) => Ok(Err(error(e))),
-        }
+        let ready = store.with(|mut s| s.get().table.get(&this).map(|l| l.accept_ready()))?;
+        ready.await;
+        Ok(Ok(()))
     }
 }
 
 impl wit::HostByteListener for TetherCtxView<'_> {
+    fn accept(
+        &mut self,
+        this: Resource<ByteListener>,
+    ) -> wasmtime::Result<Result<Option<Resource<ByteStream>>, ErrorCode>> {
+        match self.table.get(&this)?.try_accept() {
+            Ok(Some(halves)) => Ok(Ok(Some(self.table.push(ByteStream::new(halves))?))),
+            Ok(None) => Ok(Ok(None)),
+            Err(e) => Ok(Err(error(e))),
+        }
+    }
+
     fn local_address(&mut self, this: Resource<ByteListener>) -> wasmtime::Result<String> {
         Ok(self.table.get(&this)?.local_addr().to_string())
     }

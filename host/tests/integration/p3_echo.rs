@@ -5,6 +5,7 @@
 //! bench echo` runs) measures against a native echo server. The p2 build's
 //! tests are in `websocket.rs` and `readiness.rs`.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::{SinkExt, StreamExt};
@@ -182,4 +183,121 @@ async fn p3_echo_ping_runs_every_phase() {
     );
     assert_eq!(&lines[3][1..3], ["2000", "128"], "{}", show(&out));
     assert_eq!(&lines[4][1..3], ["20", "1048576"], "{}", show(&out));
+}
+
+/// Messages the cancellation test sends.
+const RACED: usize = 20_000;
+
+/// The cancellation test's message `seq`: its number, then a filler that
+/// names it, 8 to 4,003 bytes long.
+fn numbered(seq: usize) -> Vec<u8> {
+    let len = 8 + (seq * 37) % 3996;
+    let mut m = (seq as u64).to_le_bytes().to_vec();
+    m.extend((8..len).map(|i| (i ^ seq) as u8));
+    m
+}
+
+/// Cancellation is safe (issue 12): the p3 echo guest's `race` mode races
+/// every receive and every send against a tick stream whose peer sends a
+/// tick every 0-1 ms, and drops the loser (cancelling its pending host
+/// call). A peer sends 20,000 numbered messages of 8 B to 4 KiB and reads
+/// the echoes slowly (1 ms pause every 20 messages), so the host's
+/// outbound buffer (32 KiB here) fills and sends wait too. Every message
+/// must come back exactly once and in order, and the race must have
+/// cancelled waits on both sides. With `receive` and `send` as `async
+/// func`s carrying the message (the interface before this test), a
+/// receive cancelled after the host returned lost its message.
+#[tokio::test(flavor = "current_thread")]
+async fn p3_cancelled_receives_and_sends_lose_nothing() {
+    let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let ticking = done.clone();
+    let tick_addr = ws_server(move |mut ws| {
+        let done = ticking.clone();
+        async move {
+            let mut k = 0u64;
+            while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                k += 1;
+                if k % 4 == 0 {
+                    tokio::task::yield_now().await;
+                } else {
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                }
+                if ws.send(Message::text("tick")).await.is_err() {
+                    return;
+                }
+            }
+            let _ = ws.close(None).await;
+        }
+    });
+    let (verdict_tx, verdict_rx) = tokio::sync::oneshot::channel();
+    let verdict_tx = std::sync::Mutex::new(Some(verdict_tx));
+    let data_addr = ws_server(move |ws| {
+        let verdict = verdict_tx.lock().unwrap().take();
+        async move {
+            let (mut tx, mut rx) = ws.split();
+            let writer = tokio::spawn(async move {
+                for seq in 0..RACED {
+                    if tx.send(Message::binary(numbered(seq))).await.is_err() {
+                        return tx;
+                    }
+                }
+                tx
+            });
+            let mut got = 0usize;
+            let mut problem = None;
+            while got < RACED {
+                match rx.next().await {
+                    Some(Ok(Message::Binary(b))) => {
+                        if b[..] != numbered(got)[..] {
+                            let seq = u64::from_le_bytes(b[..8].try_into().unwrap());
+                            problem = Some(format!("echo {got} is message {seq}"));
+                            break;
+                        }
+                        got += 1;
+                        if got.is_multiple_of(20) {
+                            tokio::time::sleep(Duration::from_millis(1)).await;
+                        }
+                    }
+                    other => {
+                        problem = Some(format!("after {got} echoes: {other:?}"));
+                        break;
+                    }
+                }
+            }
+            let mut tx = writer.await.unwrap();
+            let _ = tx.close().await;
+            if let Some(v) = verdict {
+                let _ = v.send((got, problem));
+            }
+        }
+    });
+    let mut config = local_config();
+    config.limits.outbound_buffer_bytes = 32 << 10;
+    let runner = tether_host::p3::Runner::new(config).expect("p3 runner");
+    let out = echo_p3(
+        &runner,
+        &[
+            "race",
+            &format!("ws://{data_addr}/"),
+            &format!("ws://{tick_addr}/"),
+        ],
+    )
+    .await;
+    done.store(true, std::sync::atomic::Ordering::Relaxed);
+    let (got, problem) = verdict_rx.await.expect("the data peer's verdict");
+    assert_eq!(problem, None, "{}", show(&out));
+    assert_eq!(got, RACED, "{}", show(&out));
+    assert!(out.success(), "{}", show(&out));
+    let stdout = out.stdout_text();
+    let counts: Vec<u64> = stdout
+        .split(|c: char| !c.is_ascii_digit())
+        .filter_map(|w| w.parse().ok())
+        .collect();
+    eprintln!("{}", stdout.trim());
+    assert_eq!(counts.len(), 3, "{stdout}");
+    assert_eq!(counts[0], RACED as u64, "{stdout}");
+    assert!(
+        counts[1] >= 100 && counts[2] >= 1,
+        "the race cancelled too few waits to test anything: {stdout}"
+    );
 }
