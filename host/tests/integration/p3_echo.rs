@@ -217,7 +217,7 @@ async fn p3_cancelled_receives_and_sends_lose_nothing() {
             let mut k = 0u64;
             while !done.load(std::sync::atomic::Ordering::Relaxed) {
                 k += 1;
-                if k % 4 == 0 {
+                if k.is_multiple_of(4) {
                     tokio::task::yield_now().await;
                 } else {
                     tokio::time::sleep(Duration::from_millis(1)).await;
