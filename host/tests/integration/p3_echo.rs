@@ -246,7 +246,12 @@ async fn p3_cancelled_receives_and_sends_lose_nothing() {
             let mut got = 0usize;
             let mut problem = None;
             while got < RACED {
-                match rx.next().await {
+                let Ok(next) = tokio::time::timeout(Duration::from_secs(10), rx.next()).await
+                else {
+                    problem = Some(format!("after {got} echoes, none for 10 s"));
+                    break;
+                };
+                match next {
                     Some(Ok(Message::Binary(b))) => {
                         if b[..] != numbered(got)[..] {
                             let seq = u64::from_le_bytes(b[..8].try_into().unwrap());
@@ -264,29 +269,27 @@ async fn p3_cancelled_receives_and_sends_lose_nothing() {
                     }
                 }
             }
-            let mut tx = writer.await.unwrap();
-            let _ = tx.close().await;
+            // The verdict first: after a loss the guest may wait forever.
             if let Some(v) = verdict {
                 let _ = v.send((got, problem));
             }
+            let mut tx = writer.await.unwrap();
+            let _ = tx.close().await;
         }
     });
     let mut config = local_config();
     config.limits.outbound_buffer_bytes = 32 << 10;
     let runner = tether_host::p3::Runner::new(config).expect("p3 runner");
-    let out = echo_p3(
-        &runner,
-        &[
-            "race",
-            &format!("ws://{data_addr}/"),
-            &format!("ws://{tick_addr}/"),
-        ],
-    )
-    .await;
+    let (data_url, tick_url) = (format!("ws://{data_addr}/"), format!("ws://{tick_addr}/"));
+    let mut guest = std::pin::pin!(echo_p3(&runner, &["race", &data_url, &tick_url]));
+    let (got, problem) = tokio::select! {
+        verdict = verdict_rx => verdict.expect("the data peer's verdict"),
+        out = &mut guest => panic!("the guest ended before the peer had every echo: {}", show(&out)),
+    };
+    assert_eq!(problem, None, "the guest lost or doubled a message");
+    assert_eq!(got, RACED);
+    let out = guest.await;
     done.store(true, std::sync::atomic::Ordering::Relaxed);
-    let (got, problem) = verdict_rx.await.expect("the data peer's verdict");
-    assert_eq!(problem, None, "{}", show(&out));
-    assert_eq!(got, RACED, "{}", show(&out));
     assert!(out.success(), "{}", show(&out));
     let stdout = out.stdout_text();
     let counts: Vec<u64> = stdout
