@@ -136,6 +136,10 @@ pub struct HostArgs {
     /// (at least 1).
     #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..))]
     pub max_run_ms: u64,
+    /// Messages one `send-many` takes or one `receive-many` returns at
+    /// most (at least 1).
+    #[arg(long, default_value_t = Limits::default().max_batch_messages, value_parser = at_least_one_usize())]
+    pub max_batch_messages: usize,
     /// Registrations one readiness set holds at most, and async calls one
     /// p3 guest has pending at once (at least 1).
     #[arg(long, default_value_t = Limits::default().readiness_set_entries, value_parser = at_least_one_usize())]
@@ -223,6 +227,7 @@ impl HostArgs {
                 max_run_without_yield: Duration::from_millis(self.max_run_ms),
                 shutdown_timeout: self.shutdown.timeout(),
                 readiness_set_entries: self.readiness_set_entries,
+                max_batch_messages: self.max_batch_messages,
                 ..Limits::default()
             },
         }

@@ -25,6 +25,12 @@ pub struct Limits {
     /// `would-block` and `subscribe-send` wakes the guest once there is room.
     /// Default 1 MiB.
     pub outbound_buffer_bytes: usize,
+    /// Messages one `send-many` takes or one `receive-many` returns at
+    /// most, whatever count the guest asks for, so a guest cannot make the
+    /// host build an unbounded list. Their bytes are bounded by
+    /// `outbound_buffer_bytes` and `inbound_buffer_bytes` already.
+    /// Default 1024.
+    pub max_batch_messages: usize,
     /// Outbound buffer per TCP byte stream, bytes (what `check-write`
     /// grants at most). Default 256 KiB.
     pub tcp_write_buffer_bytes: usize,
@@ -103,6 +109,7 @@ impl Default for Limits {
             max_message_bytes: 64 << 20,
             inbound_buffer_bytes: 1 << 20,
             outbound_buffer_bytes: 1 << 20,
+            max_batch_messages: 1024,
             tcp_write_buffer_bytes: 256 << 10,
             tcp_read_chunk_bytes: 64 << 10,
             accept_backlog: 64,

@@ -141,6 +141,9 @@ struct Shared {
     max_message: usize,
     inbound_limit: usize,
     outbound_limit: usize,
+    /// `max_batch_messages`: what one `send-many` takes or one
+    /// `receive-many` returns at most, messages.
+    max_batch: usize,
     /// `linger_timeout`: the bound on the closing handshake, from the
     /// close (or the drop) to the teardown.
     linger: std::time::Duration,
@@ -262,6 +265,47 @@ impl Shared {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// Whether the writer task has nothing to do: a send now may write
+    /// from the guest's call (see [`MessageStream::send`]).
+    fn writer_idle(&self, st: &State) -> bool {
+        st.outbound.is_empty() && !st.flush_pending
+    }
+
+    /// Checks that a `len`-byte message may be queued now (the rules of
+    /// the WIT `send`): `message-too-large`, `closed`, the write error, or
+    /// `would-block` (remembering `len` for the send pollable).
+    fn admit(&self, st: &mut State, len: usize) -> Result<(), ErrorCode> {
+        if len > self.max_message {
+            return Err(ErrorCode::MessageTooLarge(self.max_message as u64));
+        }
+        if st.close_queued || st.read_end.is_some() {
+            return Err(ErrorCode::Closed);
+        }
+        if let Some(e) = &st.write_error {
+            return Err(e.clone());
+        }
+        if st.outbound_bytes > 0 && st.outbound_bytes + len > self.outbound_limit {
+            st.blocked_len = len;
+            return Err(ErrorCode::WouldBlock);
+        }
+        st.blocked_len = 0;
+        Ok(())
+    }
+
+    /// Appends an admitted data message to the outbound queue.
+    fn queue_data(&self, st: &mut State, message: Message) {
+        let len = message_len(&message);
+        let flow = &self.metrics.websocket;
+        flow.sent_messages.inc();
+        flow.sent_bytes.inc_by(len as u64);
+        st.outbound_bytes += len;
+        self.stats.add_buffered(len);
+        st.outbound.push_back(match message {
+            Message::Text(t) => WsMessage::Text(t.into()),
+            Message::Binary(b) => WsMessage::Binary(b.into()),
+        });
+    }
+
     fn can_receive(&self) -> bool {
         let st = self.lock();
         !st.inbound.is_empty() || st.read_end.is_some() || st.dropped
@@ -358,6 +402,7 @@ impl MessageStream {
             // would never read the socket).
             inbound_limit: limits.inbound_buffer_bytes.max(1),
             outbound_limit: limits.outbound_buffer_bytes,
+            max_batch: limits.max_batch_messages.max(1),
             readable: Signal::default(),
             writable: Signal::default(),
             outbound_work: Signal::default(),
@@ -382,91 +427,108 @@ impl MessageStream {
 
     /// Queues a message; see the WIT `send` for the errors.
     pub fn send(&self, message: Message) -> Result<(), ErrorCode> {
-        let len = message_len(&message);
-        if len > self.shared.max_message {
-            return Err(ErrorCode::MessageTooLarge(self.shared.max_message as u64));
+        let mut st = self.shared.lock();
+        let idle = self.shared.writer_idle(&st);
+        self.shared.admit(&mut st, message_len(&message))?;
+        self.shared.queue_data(&mut st, message);
+        self.flush_burst(st, idle)
+    }
+
+    /// Queues the longest prefix of `messages` that fits, in order, and
+    /// returns its length (at most `max_batch_messages`); see the WIT
+    /// `send-many` for the errors. The burst goes to tungstenite and the
+    /// socket with one flush.
+    pub fn send_many(&self, messages: Vec<Message>) -> Result<u32, ErrorCode> {
+        if messages.is_empty() {
+            return Ok(0);
         }
         let mut st = self.shared.lock();
-        if st.close_queued || st.read_end.is_some() {
-            return Err(ErrorCode::Closed);
-        }
-        if let Some(e) = &st.write_error {
-            return Err(e.clone());
-        }
-        if st.outbound_bytes > 0 && st.outbound_bytes + len > self.shared.outbound_limit {
-            st.blocked_len = len;
-            return Err(ErrorCode::WouldBlock);
-        }
-        st.blocked_len = 0;
-        let flow = &self.shared.metrics.websocket;
-        flow.sent_messages.inc();
-        flow.sent_bytes.inc_by(len as u64);
-        let mut message = Some(match message {
-            Message::Text(t) => WsMessage::Text(t.into()),
-            Message::Binary(b) => WsMessage::Binary(b.into()),
-        });
-        if st.outbound.is_empty() && !st.flush_pending && st.inline_sent < INLINE_SENDS_PER_YIELD {
-            // Fast path for the first send after the guest yielded: the
-            // writer task is idle, so write from here and save a task hop
-            // on every round trip.
-            st.inline_sent += 1;
-            drop(st);
-            self.shared.outbound_work.wake();
-            match self.write_now(&mut message) {
-                Ok(true) => return Ok(()),
-                Ok(false) => {}
-                Err(e) => {
-                    let code = classify(e);
-                    self.shared.lock().write_error = Some(code.clone());
-                    self.shared.writable.wake();
-                    self.shared.inbound_room.wake();
-                    return Err(code);
-                }
+        let idle = self.shared.writer_idle(&st);
+        let mut taken = 0u32;
+        for message in messages.into_iter().take(self.shared.max_batch) {
+            match self.shared.admit(&mut st, message_len(&message)) {
+                Ok(()) => self.shared.queue_data(&mut st, message),
+                Err(e) if taken == 0 => return Err(e),
+                // The next call reports it (or takes it, once there is
+                // room: `blocked_len` holds its size for the pollable).
+                Err(_) => break,
             }
-            st = self.shared.lock();
+            taken += 1;
         }
-        if let Some(message) = message {
-            st.outbound_bytes += len;
-            self.shared.stats.add_buffered(len);
-            st.outbound.push_back(message);
+        self.flush_burst(st, idle)?;
+        Ok(taken)
+    }
+
+    /// After messages were queued: when the writer task was idle before
+    /// them (`idle`) and this burst has not used up its inline writes, the
+    /// first sends after the guest yielded write from here and save a task
+    /// hop on every round trip; otherwise the writer task takes them.
+    fn flush_burst(&self, mut st: MutexGuard<'_, State>, idle: bool) -> Result<(), ErrorCode> {
+        let inline = idle && st.inline_sent < INLINE_SENDS_PER_YIELD;
+        if inline {
+            st.inline_sent += 1;
         }
         drop(st);
         self.shared.outbound_work.wake();
+        if !inline {
+            return Ok(());
+        }
+        if let Err(e) = self.write_now() {
+            let code = classify(e);
+            self.shared.lock().write_error = Some(code.clone());
+            self.shared.writable.wake();
+            self.shared.inbound_room.wake();
+            return Err(code);
+        }
         Ok(())
     }
 
-    /// Tries to hand `message` to tungstenite and flush it without waiting.
-    /// Takes the message when tungstenite accepted it; returns true when
-    /// nothing is left for the writer task to do.
-    fn write_now(&self, message: &mut Option<WsMessage>) -> Result<bool, tungstenite::Error> {
+    /// Hands the queued data messages to tungstenite and flushes once,
+    /// without waiting: whatever would wait (socket full, the sink busy in
+    /// the writer task) is left to the writer task, already woken. Stops
+    /// at a close frame, which only the writer task sends.
+    fn write_now(&self) -> Result<(), tungstenite::Error> {
         let Ok(mut sink) = self.shared.sink.try_lock() else {
-            return Ok(false);
+            return Ok(());
         };
         let Some(sink) = sink.as_mut() else {
             return Err(tungstenite::Error::AlreadyClosed);
         };
         let mut cx = Context::from_waker(Waker::noop());
         // A noop waker may replace the writer task's socket waker; the
-        // writer task is idle (nothing queued, nothing to flush), and it is
-        // woken explicitly whenever work is left for it below.
-        match sink.as_mut().poll_ready(&mut cx) {
+        // writer task was idle (nothing queued, nothing to flush), and it
+        // was woken explicitly before this, so it polls again with its own.
+        loop {
+            let message = {
+                let mut st = self.shared.lock();
+                if !matches!(
+                    st.outbound.front(),
+                    Some(WsMessage::Text(_) | WsMessage::Binary(_))
+                ) {
+                    break;
+                }
+                match sink.as_mut().poll_ready(&mut cx) {
+                    Poll::Ready(Ok(())) => {}
+                    Poll::Ready(Err(e)) => return Err(e),
+                    Poll::Pending => {
+                        st.flush_pending = true;
+                        return Ok(());
+                    }
+                }
+                let m = st.outbound.pop_front().expect("checked above");
+                let len = m.len();
+                st.outbound_bytes -= len;
+                self.shared.stats.sub_buffered(len);
+                m
+            };
+            sink.as_mut().start_send(message)?;
+        }
+        match sink.as_mut().poll_flush(&mut cx) {
             Poll::Ready(Ok(())) => {}
             Poll::Ready(Err(e)) => return Err(e),
-            Poll::Pending => {
-                self.shared.lock().flush_pending = true;
-                return Ok(false);
-            }
+            Poll::Pending => self.shared.lock().flush_pending = true,
         }
-        sink.as_mut()
-            .start_send(message.take().expect("message present"))?;
-        match sink.as_mut().poll_flush(&mut cx) {
-            Poll::Ready(Ok(())) => Ok(true),
-            Poll::Ready(Err(e)) => Err(e),
-            Poll::Pending => {
-                self.shared.lock().flush_pending = true;
-                Ok(false)
-            }
-        }
+        Ok(())
     }
 
     /// Takes the next message; see the WIT `receive`.
@@ -487,6 +549,50 @@ impl MessageStream {
             Some(e) => Err(e.clone()),
             None => Ok(None),
         }
+    }
+
+    /// Takes the waiting messages, oldest first: at most `max_messages`
+    /// (and `max_batch_messages`) and at most `max_bytes` payload bytes,
+    /// the first message whatever its size; see the WIT `receive-many`.
+    /// `Ok` with an empty list when nothing is waiting.
+    pub fn receive_many(
+        &self,
+        max_messages: u32,
+        max_bytes: u64,
+    ) -> Result<Vec<Message>, ErrorCode> {
+        if max_messages == 0 {
+            return Err(ErrorCode::InvalidArgument(
+                "receive-many: max-messages must be at least 1".into(),
+            ));
+        }
+        let max = (max_messages as usize).min(self.shared.max_batch);
+        let mut st = self.shared.lock();
+        let was_full = st.inbound_bytes >= self.shared.inbound_limit;
+        let mut out = Vec::with_capacity(max.min(st.inbound.len()));
+        let mut bytes = 0u64;
+        while out.len() < max {
+            let Some(m) = st.inbound.front() else { break };
+            let len = message_len(m);
+            if !out.is_empty() && bytes + len as u64 > max_bytes {
+                break;
+            }
+            bytes += len as u64;
+            out.push(st.inbound.pop_front().expect("checked above"));
+        }
+        if out.is_empty() {
+            return match &st.read_end {
+                Some(e) => Err(e.clone()),
+                None => Ok(out),
+            };
+        }
+        st.inbound_bytes -= bytes as usize;
+        self.shared.stats.sub_buffered(bytes as usize);
+        let has_room = st.inbound_bytes < self.shared.inbound_limit;
+        drop(st);
+        if was_full && has_room {
+            self.shared.inbound_room.wake();
+        }
+        Ok(out)
     }
 
     /// Queues a close frame after every queued message; see the WIT `close`.
@@ -1449,6 +1555,23 @@ impl wit::HostMessageStream for TetherCtxView<'_> {
         this: Resource<MessageStream>,
     ) -> wasmtime::Result<Result<Option<Message>, ErrorCode>> {
         Ok(self.table.get(&this)?.receive())
+    }
+
+    fn send_many(
+        &mut self,
+        this: Resource<MessageStream>,
+        messages: Vec<Message>,
+    ) -> wasmtime::Result<Result<u32, ErrorCode>> {
+        Ok(self.table.get(&this)?.send_many(messages))
+    }
+
+    fn receive_many(
+        &mut self,
+        this: Resource<MessageStream>,
+        max_messages: u32,
+        max_bytes: u64,
+    ) -> wasmtime::Result<Result<Vec<Message>, ErrorCode>> {
+        Ok(self.table.get(&this)?.receive_many(max_messages, max_bytes))
     }
 
     fn subscribe_receive(

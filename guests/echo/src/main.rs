@@ -12,8 +12,9 @@
 //! - `rtt:N:SIZE`: N one-at-a-time round trips; prints `rtt NS NS ...`
 //! - `nagle:N:SIZE`: N times two back-to-back sends, then wait for both
 //!   echoes; prints `nagle NS NS ...`
-//! - `pipeline:N:SIZE:WINDOW`: N messages with up to WINDOW in flight;
-//!   prints `pipeline N SIZE ELAPSED_NS`
+//! - `pipeline:N:SIZE:WINDOW`: N messages with up to WINDOW in flight,
+//!   sent in bursts with `send-many` and taken with `receive-many` (one
+//!   host call per burst); prints `pipeline N SIZE ELAPSED_NS`
 //!
 //! The host's native baseline (`tether bench echo`) runs the same phases.
 //!
@@ -27,6 +28,8 @@
 //! streams there and echoes their bytes; when the peer half-closes, it
 //! echoes what is left, half-closes too and drops the stream at once (the
 //! host delivers what is still queued). `MAX_CONNECTIONS` counts both kinds.
+//! Both server loops echo WebSocket messages in bursts (`receive-many`,
+//! `send-many`).
 
 mod phase;
 
@@ -356,22 +359,44 @@ fn server_poll_all(addr: &str, max_connections: u64) -> Result<(), ErrorCode> {
     Ok(())
 }
 
-/// Moves what is ready through one connection without blocking. Returns
-/// false once the connection is over.
+/// Messages one `receive-many` asks for.
+const BATCH_MESSAGES: u32 = 256;
+
+/// Payload bytes one `send-many` passes at most (but always one message):
+/// the host copies the whole list before it knows how much fits its
+/// outbound buffer (1 MiB by default), so a burst stays well under it.
+const BURST_BYTES: usize = 256 << 10;
+
+/// How many messages from the front of `messages` make one `send-many`
+/// burst: at least one, then as many as fit [`BURST_BYTES`].
+fn burst(messages: &[Message]) -> usize {
+    let mut bytes = 0;
+    let n = messages
+        .iter()
+        .take_while(|m| {
+            bytes += len(m);
+            bytes <= BURST_BYTES
+        })
+        .count();
+    n.max(1).min(messages.len())
+}
+
+/// Moves what is ready through one connection without blocking: one
+/// `receive-many` and one `send-many` per burst. Returns false once the
+/// connection is over.
 fn pump(stream: &MessageStream, pending: &mut VecDeque<Message>) -> bool {
     loop {
-        while let Some(m) = pending.front() {
-            match stream.send(m) {
-                Ok(()) => {
-                    pending.pop_front();
-                }
+        while !pending.is_empty() {
+            let front = pending.make_contiguous();
+            match stream.send_many(&front[..burst(front)]) {
+                Ok(n) => drop(pending.drain(..n as usize)),
                 Err(ErrorCode::WouldBlock) => return true,
                 Err(_) => return false,
             }
         }
-        match stream.receive() {
-            Ok(Some(m)) => pending.push_back(m),
-            Ok(None) => return true,
+        match stream.receive_many(BATCH_MESSAGES, BURST_BYTES as u64) {
+            Ok(ms) if ms.is_empty() => return true,
+            Ok(ms) => pending.extend(ms),
             Err(_) => return false,
         }
     }
@@ -404,14 +429,18 @@ fn ping(url: &str, phases: &[String]) -> Result<(), ErrorCode> {
                 println!("{}", samples_line(name, &samples));
             }
             Phase::Pipeline { n, size, window } => {
-                let message = Message::Binary(vec![0xa5; size]);
+                // One window of messages, built once: each burst passes a
+                // slice of it to `send-many`.
+                let messages = vec![Message::Binary(vec![0xa5; size]); window];
                 let t0 = Instant::now();
                 let (mut sent, mut received) = (0usize, 0usize);
                 while received < n {
                     let mut blocked = false;
                     while sent < n && sent - received < window {
-                        match stream.send(&message) {
-                            Ok(()) => sent += 1,
+                        let room = (n - sent).min(window - (sent - received));
+                        let batch = &messages[..room];
+                        match stream.send_many(&batch[..burst(batch)]) {
+                            Ok(k) => sent += k as usize,
                             Err(ErrorCode::WouldBlock) => {
                                 blocked = true;
                                 break;
@@ -419,17 +448,17 @@ fn ping(url: &str, phases: &[String]) -> Result<(), ErrorCode> {
                             Err(e) => return Err(e),
                         }
                     }
-                    let mut progressed = false;
-                    while let Some(m) = stream.receive()? {
-                        if len(&m) != size {
-                            return Err(ErrorCode::ProtocolError(format!(
-                                "echo of {} bytes, sent {size}",
-                                len(&m)
-                            )));
-                        }
-                        received += 1;
-                        progressed = true;
+                    // At most `window` are in flight: one call takes every
+                    // echo waiting.
+                    let got = stream.receive_many(window as u32, u64::MAX)?;
+                    if let Some(m) = got.iter().find(|m| len(m) != size) {
+                        return Err(ErrorCode::ProtocolError(format!(
+                            "echo of {} bytes, sent {size}",
+                            len(m)
+                        )));
                     }
+                    received += got.len();
+                    let progressed = !got.is_empty();
                     if !progressed && received < n {
                         if blocked {
                             sdk::poll(&[&rx, &tx])

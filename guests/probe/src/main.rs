@@ -5,6 +5,12 @@
 //! ```text
 //! probe connect URL [SUBPROTOCOL...]   connect, close 1000, print close info
 //! probe send-bulk URL TOTAL CHUNK      send TOTAL bytes (byte i = i % 251) in CHUNK-byte messages
+//! probe send-many URL TOTAL CHUNK    send-bulk's messages in bursts of 64 through `send-many`;
+//!                                      print how often a burst was taken in part
+//! probe receive-many URL WAIT_MS MAX_MESSAGES MAX_BYTES
+//!                                      wait WAIT_MS, then `receive-many` until closed; the peer's
+//!                                      messages are texts "0", "1", ... (checked in order); print
+//!                                      the count, the largest batch in messages and in bytes
 //! probe recv-all URL [WAIT_MS]         (wait WAIT_MS before the first receive, then) receive
 //!                                      until closed; print count, bytes, close code
 //! probe send-big URL SIZE              send one SIZE-byte message
@@ -43,6 +49,13 @@ fn main() -> ExitCode {
         "connect" => connect(arg(2), &args[3..]),
         "send-bulk" => send_bulk(arg(2), num(3), num(4)),
         "recv-all" => recv_all(arg(2), num(3) as u64),
+        "send-many" => send_many(arg(2), num(3), num(4)),
+        "receive-many" => receive_many(
+            arg(2),
+            num(3) as u64,
+            arg(4).parse().unwrap_or(0),
+            arg(5).parse().unwrap_or(0),
+        ),
         "send-big" => send_big(arg(2), num(3)),
         "close-rules" => close_rules(arg(2)),
         "tcp-echo" => tcp_echo(arg(2)),
@@ -121,6 +134,91 @@ fn send_bulk(url: &str, total: usize, chunk: usize) -> Result<(), ErrorCode> {
     while sdk::receive_blocking(&stream, &rx)?.is_some() {}
     println!("ok sent {total} wouldblock={would_block}");
     Ok(())
+}
+
+/// Messages one `send-many` burst holds at most.
+const BURST: usize = 64;
+
+fn send_many(url: &str, total: usize, chunk: usize) -> Result<(), ErrorCode> {
+    let stream = sdk::connect(url, &[])?;
+    let tx = stream.subscribe_send();
+    let (mut offset, mut would_block, mut partial) = (0usize, 0u64, 0u64);
+    let mut burst: Vec<Message> = Vec::with_capacity(BURST);
+    while offset < total || !burst.is_empty() {
+        while burst.len() < BURST && offset < total {
+            let n = chunk.min(total - offset);
+            burst.push(Message::Binary(
+                (offset..offset + n).map(|i| (i % 251) as u8).collect(),
+            ));
+            offset += n;
+        }
+        match stream.send_many(&burst) {
+            Ok(0) => return Err(ErrorCode::Other("send-many took nothing".into())),
+            Ok(n) => {
+                if (n as usize) < burst.len() {
+                    partial += 1;
+                }
+                burst.drain(..n as usize);
+            }
+            Err(ErrorCode::WouldBlock) => {
+                would_block += 1;
+                tx.block();
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    stream.close(1000, "done")?;
+    let rx = stream.subscribe_receive();
+    while sdk::receive_blocking(&stream, &rx)?.is_some() {}
+    println!("ok sent {total} wouldblock={would_block} partial={partial}");
+    Ok(())
+}
+
+fn receive_many(
+    url: &str,
+    wait_ms: u64,
+    max_messages: u32,
+    max_bytes: u64,
+) -> Result<(), ErrorCode> {
+    let stream = sdk::connect(url, &[])?;
+    match stream.receive_many(0, max_bytes) {
+        Err(ErrorCode::InvalidArgument(_)) => println!("ok zero-rejected"),
+        other => println!("error zero-accepted {other:?}"),
+    }
+    if wait_ms > 0 {
+        sleep_ms(wait_ms);
+    }
+    let rx = stream.subscribe_receive();
+    let (mut count, mut most, mut most_bytes) = (0u64, 0usize, 0u64);
+    let end = loop {
+        match stream.receive_many(max_messages, max_bytes) {
+            Ok(batch) if batch.is_empty() => rx.block(),
+            Ok(batch) => {
+                let mut bytes = 0u64;
+                for m in &batch {
+                    let text = match m {
+                        Message::Text(t) => t.as_str(),
+                        Message::Binary(_) => "binary",
+                    };
+                    if text != count.to_string() {
+                        println!("error out-of-order {text} expected {count}");
+                        return Ok(());
+                    }
+                    bytes += text.len() as u64;
+                    count += 1;
+                }
+                most = most.max(batch.len());
+                most_bytes = most_bytes.max(bytes);
+            }
+            Err(ErrorCode::Closed) => break None,
+            Err(e) => break Some(e),
+        }
+    };
+    println!("ok received {count} most={most} most-bytes={most_bytes}");
+    match end {
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
 }
 
 fn recv_all(url: &str, wait_ms: u64) -> Result<(), ErrorCode> {
