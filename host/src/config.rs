@@ -19,10 +19,14 @@ pub struct Limits {
     /// Inbound buffer per message stream, bytes. When it is full the host
     /// stops reading the socket, so TCP pushes back on the peer. One
     /// message larger than the bound is still accepted when the buffer is
-    /// empty. Default 1 MiB.
+    /// empty. Each queued message counts its payload plus 64 bytes
+    /// ([`crate::websocket::QUEUED_MESSAGE_OVERHEAD`]), so a flood of empty
+    /// messages fills it too (at most 16,384 of them in 1 MiB). Default
+    /// 1 MiB.
     pub inbound_buffer_bytes: usize,
     /// Outbound buffer per message stream, bytes. When full, `send` returns
     /// `would-block` and `subscribe-send` wakes the guest once there is room.
+    /// Counted as the inbound buffer is (payload plus 64 bytes a message).
     /// Default 1 MiB.
     pub outbound_buffer_bytes: usize,
     /// Messages one `send-many` takes or one `receive-many` returns at

@@ -298,8 +298,8 @@ impl Shared {
         let flow = &self.metrics.websocket;
         flow.sent_messages.inc();
         flow.sent_bytes.inc_by(len as u64);
-        st.outbound_bytes += len;
-        self.stats.add_buffered(len);
+        st.outbound_bytes += queued_len(len);
+        self.stats.add_buffered(queued_len(len));
         st.outbound.push_back(match message {
             Message::Text(t) => WsMessage::Text(t.into()),
             Message::Binary(b) => WsMessage::Binary(b.into()),
@@ -334,6 +334,19 @@ impl Drop for Shared {
         self.stats
             .sub_buffered(st.inbound_bytes + st.outbound_bytes);
     }
+}
+
+/// What one queued message counts against a stream's inbound or
+/// outbound buffer besides its payload, bytes: about what its queue entry
+/// costs the host. Without it a flood of empty messages (two bytes each
+/// on the wire) never fills a buffer, and a peer or a guest could queue
+/// millions of them while the other side does not read.
+pub const QUEUED_MESSAGE_OVERHEAD: usize = 64;
+
+/// The bytes a queued message of `payload` bytes counts against its
+/// buffer: the payload plus [`QUEUED_MESSAGE_OVERHEAD`].
+fn queued_len(payload: usize) -> usize {
+    payload + QUEUED_MESSAGE_OVERHEAD
 }
 
 fn message_len(m: &Message) -> usize {
@@ -429,7 +442,8 @@ impl MessageStream {
     pub fn send(&self, message: Message) -> Result<(), ErrorCode> {
         let mut st = self.shared.lock();
         let idle = self.shared.writer_idle(&st);
-        self.shared.admit(&mut st, message_len(&message))?;
+        self.shared
+            .admit(&mut st, queued_len(message_len(&message)))?;
         self.shared.queue_data(&mut st, message);
         self.flush_burst(st, idle)
     }
@@ -446,7 +460,10 @@ impl MessageStream {
         let idle = self.shared.writer_idle(&st);
         let mut taken = 0u32;
         for message in messages.into_iter().take(self.shared.max_batch) {
-            match self.shared.admit(&mut st, message_len(&message)) {
+            match self
+                .shared
+                .admit(&mut st, queued_len(message_len(&message)))
+            {
                 Ok(()) => self.shared.queue_data(&mut st, message),
                 Err(e) if taken == 0 => return Err(e),
                 // The next call reports it (or takes it, once there is
@@ -516,7 +533,7 @@ impl MessageStream {
                     }
                 }
                 let m = st.outbound.pop_front().expect("checked above");
-                let len = m.len();
+                let len = queued_len(m.len());
                 st.outbound_bytes -= len;
                 self.shared.stats.sub_buffered(len);
                 m
@@ -536,8 +553,9 @@ impl MessageStream {
         let mut st = self.shared.lock();
         if let Some(m) = st.inbound.pop_front() {
             let was_full = st.inbound_bytes >= self.shared.inbound_limit;
-            st.inbound_bytes -= message_len(&m);
-            self.shared.stats.sub_buffered(message_len(&m));
+            let len = queued_len(message_len(&m));
+            st.inbound_bytes -= len;
+            self.shared.stats.sub_buffered(len);
             let has_room = st.inbound_bytes < self.shared.inbound_limit;
             drop(st);
             if was_full && has_room {
@@ -569,7 +587,7 @@ impl MessageStream {
         let mut st = self.shared.lock();
         let was_full = st.inbound_bytes >= self.shared.inbound_limit;
         let mut out = Vec::with_capacity(max.min(st.inbound.len()));
-        let mut bytes = 0u64;
+        let (mut bytes, mut queued) = (0u64, 0usize);
         while out.len() < max {
             let Some(m) = st.inbound.front() else { break };
             let len = message_len(m);
@@ -577,6 +595,7 @@ impl MessageStream {
                 break;
             }
             bytes += len as u64;
+            queued += queued_len(len);
             out.push(st.inbound.pop_front().expect("checked above"));
         }
         if out.is_empty() {
@@ -585,8 +604,8 @@ impl MessageStream {
                 None => Ok(out),
             };
         }
-        st.inbound_bytes -= bytes as usize;
-        self.shared.stats.sub_buffered(bytes as usize);
+        st.inbound_bytes -= queued;
+        self.shared.stats.sub_buffered(queued);
         let has_room = st.inbound_bytes < self.shared.inbound_limit;
         drop(st);
         if was_full && has_room {
@@ -881,8 +900,8 @@ where
             let len = message_len(&message);
             shared.metrics.websocket.received_messages.inc();
             shared.metrics.websocket.received_bytes.inc_by(len as u64);
-            st.inbound_bytes += len;
-            shared.stats.add_buffered(len);
+            st.inbound_bytes += queued_len(len);
+            shared.stats.add_buffered(queued_len(len));
             st.inbound.push_back(message);
         }
         shared.readable.wake();
@@ -930,8 +949,8 @@ fn drive(shared: &Shared, cx: &mut Context<'_>) -> Poll<Result<Drained, tungsten
                 let mut st = shared.lock();
                 let m = st.outbound.pop_front().expect("checked above");
                 let len = match &m {
-                    WsMessage::Text(t) => t.len(),
-                    WsMessage::Binary(b) => b.len(),
+                    WsMessage::Text(t) => queued_len(t.len()),
+                    WsMessage::Binary(b) => queued_len(b.len()),
                     _ => 0,
                 };
                 st.outbound_bytes -= len;

@@ -28,10 +28,12 @@
 //!                                      its input pollable; count reads that returned 0 bytes
 //! probe tcp-stuck HOST:PORT TOTAL      write (within check-write) to a peer that never reads
 //!                                      until check-write stays 0 for 300 ms or TOTAL bytes went
-//! probe ws-stuck URL drop|close        send to a peer that never reads until `send` stays
-//!                                      would-block for 300 ms; then drop the stream, or close
-//!                                      it and receive until it ends (print how long it took
-//!                                      and the close code)
+//! probe ws-stuck URL drop|close [SIZE]  send SIZE-byte messages (default 16 KiB) to a peer
+//!                                      that never reads until `send` stays would-block for
+//!                                      300 ms (print `ok blocked-after=BYTES messages=N`; after
+//!                                      4 Mi messages `ok never-blocked`); then drop the stream,
+//!                                      or close it and receive until it ends (print how long it
+//!                                      took and the close code)
 //! probe tcp-backlog ADDR WAIT_MS N     listen, accept nothing for WAIT_MS, then accept N
 //! probe ws-backlog ADDR WAIT_MS N      the same with a WebSocket listener
 //! probe fail-holding URL exit|trap|memory   connect, then fail that way holding the stream
@@ -76,7 +78,11 @@ fn main() -> ExitCode {
         "alloc" => alloc(num(2)),
         "tcp-wakeups" => tcp_wakeups(arg(2), num(3)),
         "tcp-stuck" => tcp_stuck(arg(2), num(3)),
-        "ws-stuck" => ws_stuck(arg(2), arg(3) == "close"),
+        "ws-stuck" => ws_stuck(
+            arg(2),
+            arg(3) == "close",
+            arg(4).parse().unwrap_or(16 << 10),
+        ),
         "tcp-backlog" => tcp_backlog(arg(2), num(3) as u64, num(4)),
         "ws-backlog" => ws_backlog(arg(2), num(3) as u64, num(4)),
         "fail-holding" => fail_holding(arg(2), arg(3)),
@@ -426,14 +432,21 @@ fn tcp_stuck(address: &str, total: usize) -> Result<(), ErrorCode> {
     Ok(())
 }
 
-fn ws_stuck(url: &str, close: bool) -> Result<(), ErrorCode> {
+fn ws_stuck(url: &str, close: bool, size: usize) -> Result<(), ErrorCode> {
     let stream = sdk::connect(url, &[])?;
     let tx = stream.subscribe_send();
-    let message = Message::Binary(vec![7u8; 16 << 10]);
-    let mut sent = 0usize;
+    let message = Message::Binary(vec![7u8; size]);
+    let (mut sent, mut messages) = (0usize, 0usize);
     loop {
+        if messages == 4 << 20 {
+            println!("ok never-blocked messages={messages}");
+            return Ok(());
+        }
         match stream.send(&message) {
-            Ok(()) => sent += 16 << 10,
+            Ok(()) => {
+                sent += size;
+                messages += 1;
+            }
             Err(ErrorCode::WouldBlock) => {
                 // Stuck once nothing drains for 300 ms.
                 let timer = sdk::monotonic_clock::subscribe_duration(300_000_000);
@@ -444,7 +457,7 @@ fn ws_stuck(url: &str, close: bool) -> Result<(), ErrorCode> {
             Err(e) => return Err(e),
         }
     }
-    println!("ok blocked-after={sent}");
+    println!("ok blocked-after={sent} messages={messages}");
     if close {
         let t0 = sdk::monotonic_clock::now();
         stream.close(1000, "bye")?;

@@ -827,3 +827,89 @@ async fn a_ping_flood_from_a_peer_that_never_reads_is_pushed_back() {
     .await
     .expect("test deadline");
 }
+
+/// Empty messages in a flood (each two bytes on the wire).
+const EMPTY_FLOOD: usize = 2_000_000;
+
+/// The host's `tether_received_messages_total` (messages the host read
+/// off its sockets, whether a guest took them or not).
+fn messages_read_by_host(runner: &tether_host::runner::Runner) -> u64 {
+    let mut registry = prometheus_client::registry::Registry::default();
+    runner.host().metrics.register(&mut registry);
+    let mut text = String::new();
+    prometheus_client::encoding::prometheus_text::encode(&mut text, &registry).unwrap();
+    text.lines()
+        .filter(|l| l.starts_with("tether_received_messages_total"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+        .sum()
+}
+
+/// A peer floods 2,000,000 empty binary messages while the guest reads
+/// nothing for 2 s. Each queued message counts against the 1 MiB inbound
+/// buffer (payload plus 64 bytes), so the host stops reading after 16,384
+/// and the rest waits in the kernel, where TCP pushes back on the peer.
+/// Then the guest reads every message. Before the fix an empty message
+/// counted 0 bytes: the host read the whole flood into its queue (about
+/// 50 bytes of host memory a message, 100 MiB here) while the guest slept.
+#[tokio::test(flavor = "current_thread")]
+async fn an_empty_message_flood_from_a_peer_fills_the_inbound_buffer() {
+    let flood = (0..EMPTY_FLOOD)
+        .flat_map(|_| [0x82u8, 0x00])
+        .collect::<Vec<u8>>();
+    let (addr, saw) = scripted_server(
+        [flood, frame(0x88, &close_payload(1000, ""), false)].concat(),
+        false,
+    );
+    let runner = runner(local_config());
+    let url = format!("ws://{addr}/");
+    let mut guest = std::pin::pin!(probe(&runner, &["recv-all", &url, "2000"]));
+    let read_while_asleep = tokio::select! {
+        out = &mut guest => panic!("the guest ended before it read: {}", show(&out)),
+        _ = tokio::time::sleep(Duration::from_millis(1500)) => messages_read_by_host(&runner),
+    };
+    let out = guest.await;
+    assert!(
+        out.stdout_text()
+            .contains(&format!("ok received {EMPTY_FLOOD} 0 close=1000")),
+        "{}",
+        show(&out)
+    );
+    let _ = saw.await;
+    let bound = (local_config().limits.inbound_buffer_bytes
+        / tether_host::websocket::QUEUED_MESSAGE_OVERHEAD) as u64;
+    assert!(
+        read_while_asleep > 0 && read_while_asleep <= bound,
+        "the host read {read_while_asleep} empty messages while the guest read nothing (bound {bound})"
+    );
+}
+
+/// A guest sends empty messages to a peer that never reads. Once the
+/// kernel's socket buffers are full, the host queues at most its 1 MiB
+/// outbound buffer of them (payload plus 64 bytes each) and `send` says
+/// `would-block`; before the fix an empty message counted 0 bytes and the
+/// guest queued all 4 Mi of them (`never-blocked`).
+#[tokio::test(flavor = "current_thread")]
+async fn an_empty_message_flood_from_a_guest_fills_the_outbound_buffer() {
+    let addr = ws_server(|ws| async move {
+        // Never reads; holds the connection until the guest drops it.
+        tokio::time::sleep(Duration::from_secs(60)).await;
+        drop(ws);
+    });
+    let runner = runner(local_config());
+    let out = probe(
+        &runner,
+        &["ws-stuck", &format!("ws://{addr}/"), "drop", "0"],
+    )
+    .await;
+    assert!(
+        out.stdout_text().contains("ok blocked-after=0 messages="),
+        "{}",
+        show(&out)
+    );
+    let peak = runner.host().stats.peak_buffered_bytes();
+    let limit = local_config().limits.outbound_buffer_bytes;
+    assert!(
+        peak <= limit,
+        "the host buffered {peak} bytes for an outbound bound of {limit}"
+    );
+}
