@@ -271,11 +271,12 @@ impl Shared {
         st.outbound.is_empty() && !st.flush_pending
     }
 
-    /// Checks that a `len`-byte message may be queued now (the rules of
-    /// the WIT `send`): `message-too-large`, `closed`, the write error, or
-    /// `would-block` (remembering `len` for the send pollable).
-    fn admit(&self, st: &mut State, len: usize) -> Result<(), ErrorCode> {
-        if len > self.max_message {
+    /// Checks that a message of `payload` bytes may be queued now (the
+    /// rules of the WIT `send`): `message-too-large`, `closed`, the write
+    /// error, or `would-block` (remembering what it would count against
+    /// the buffer, for the send pollable).
+    fn admit(&self, st: &mut State, payload: usize) -> Result<(), ErrorCode> {
+        if payload > self.max_message {
             return Err(ErrorCode::MessageTooLarge(self.max_message as u64));
         }
         if st.close_queued || st.read_end.is_some() {
@@ -284,6 +285,7 @@ impl Shared {
         if let Some(e) = &st.write_error {
             return Err(e.clone());
         }
+        let len = queued_len(payload);
         if st.outbound_bytes > 0 && st.outbound_bytes + len > self.outbound_limit {
             st.blocked_len = len;
             return Err(ErrorCode::WouldBlock);
@@ -442,8 +444,7 @@ impl MessageStream {
     pub fn send(&self, message: Message) -> Result<(), ErrorCode> {
         let mut st = self.shared.lock();
         let idle = self.shared.writer_idle(&st);
-        self.shared
-            .admit(&mut st, queued_len(message_len(&message)))?;
+        self.shared.admit(&mut st, message_len(&message))?;
         self.shared.queue_data(&mut st, message);
         self.flush_burst(st, idle)
     }
@@ -460,10 +461,7 @@ impl MessageStream {
         let idle = self.shared.writer_idle(&st);
         let mut taken = 0u32;
         for message in messages.into_iter().take(self.shared.max_batch) {
-            match self
-                .shared
-                .admit(&mut st, queued_len(message_len(&message)))
-            {
+            match self.shared.admit(&mut st, message_len(&message)) {
                 Ok(()) => self.shared.queue_data(&mut st, message),
                 Err(e) if taken == 0 => return Err(e),
                 // The next call reports it (or takes it, once there is
