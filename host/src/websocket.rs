@@ -265,6 +265,20 @@ impl Shared {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// Takes `queued` bytes (messages the guest took, counted as
+    /// [`queued_len`]) off the inbound buffer, and wakes the reader task
+    /// when that made room in a full buffer.
+    fn release_inbound(&self, mut st: MutexGuard<'_, State>, queued: usize) {
+        let was_full = st.inbound_bytes >= self.inbound_limit;
+        st.inbound_bytes -= queued;
+        self.stats.sub_buffered(queued);
+        let has_room = st.inbound_bytes < self.inbound_limit;
+        drop(st);
+        if was_full && has_room {
+            self.inbound_room.wake();
+        }
+    }
+
     /// Whether the writer task has nothing to do: a send now may write
     /// from the guest's call (see [`MessageStream::send`]).
     fn writer_idle(&self, st: &State) -> bool {
@@ -550,15 +564,7 @@ impl MessageStream {
     pub fn receive(&self) -> Result<Option<Message>, ErrorCode> {
         let mut st = self.shared.lock();
         if let Some(m) = st.inbound.pop_front() {
-            let was_full = st.inbound_bytes >= self.shared.inbound_limit;
-            let len = queued_len(message_len(&m));
-            st.inbound_bytes -= len;
-            self.shared.stats.sub_buffered(len);
-            let has_room = st.inbound_bytes < self.shared.inbound_limit;
-            drop(st);
-            if was_full && has_room {
-                self.shared.inbound_room.wake();
-            }
+            self.shared.release_inbound(st, queued_len(message_len(&m)));
             return Ok(Some(m));
         }
         match &st.read_end {
@@ -583,7 +589,6 @@ impl MessageStream {
         }
         let max = (max_messages as usize).min(self.shared.max_batch);
         let mut st = self.shared.lock();
-        let was_full = st.inbound_bytes >= self.shared.inbound_limit;
         let mut out = Vec::with_capacity(max.min(st.inbound.len()));
         let (mut bytes, mut queued) = (0u64, 0usize);
         while out.len() < max {
@@ -602,13 +607,7 @@ impl MessageStream {
                 None => Ok(out),
             };
         }
-        st.inbound_bytes -= queued;
-        self.shared.stats.sub_buffered(queued);
-        let has_room = st.inbound_bytes < self.shared.inbound_limit;
-        drop(st);
-        if was_full && has_room {
-            self.shared.inbound_room.wake();
-        }
+        self.shared.release_inbound(st, queued);
         Ok(out)
     }
 
