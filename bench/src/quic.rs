@@ -1,8 +1,11 @@
 //! `tether bench quic`: QUIC over message streams in every pairing of the
 //! `quic-echo` guest and the native peer (`crate::quic_peer`), client -> server:
 //! native -> native (the baseline), guest -> native, native -> guest,
-//! guest -> guest. Servers run on their own thread and runtime, clients on
-//! the caller's, all in one process and one run.
+//! guest -> guest, with the guest's QUIC packet keys in the host
+//! (`--aead host`, its default), then the three guest pairings again with
+//! the keys inside the guest (`guest-wasm-aead`, `--aead guest`). Servers
+//! run on their own thread and runtime, clients on the caller's, all in one
+//! process and one run.
 //!
 //! Per pairing: handshake time p50/p99 (ms, from the client's first
 //! datagram to `Connected`, one fresh message stream each), echo round
@@ -30,6 +33,18 @@ use tether_host::{Config, Limits};
 
 /// The largest guest handshake p50 above native's that the run accepts, ms.
 pub const HANDSHAKE_TAX_GUARD_MS: f64 = 10.0;
+
+/// The pairings of a run (client, server), in order: native -> native
+/// first, the baseline.
+pub const PAIRINGS: [(Side, Side); 7] = [
+    (Side::Native, Side::Native),
+    (Side::Guest, Side::Native),
+    (Side::Native, Side::Guest),
+    (Side::Guest, Side::Guest),
+    (Side::GuestWasmAead, Side::Native),
+    (Side::Native, Side::GuestWasmAead),
+    (Side::GuestWasmAead, Side::GuestWasmAead),
+];
 
 /// How much each pairing does.
 #[derive(Clone, Copy, Debug)]
@@ -76,12 +91,47 @@ impl Workload {
 
 /// Who runs a side of a pairing.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
+#[serde(rename_all = "kebab-case")]
 pub enum Side {
     /// The native peer (`crate::quic_peer`).
     Native,
-    /// The `quic-echo` guest through the host.
+    /// The `quic-echo` guest through the host, its packet keys in the host
+    /// (`--aead host`, the guest's default).
     Guest,
+    /// The `quic-echo` guest with its packet keys inside (`--aead guest`):
+    /// ChaCha20-Poly1305 in WebAssembly.
+    GuestWasmAead,
+}
+
+/// Where a `quic-echo` guest keeps its QUIC packet keys (its `--aead`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GuestAead {
+    /// In the host (`tether:streams/aead`): native AES-GCM.
+    Host,
+    /// In the guest: ChaCha20-Poly1305 in WebAssembly.
+    Guest,
+}
+
+impl GuestAead {
+    /// The guest's `--aead` option.
+    pub fn args(self) -> [String; 2] {
+        let value = match self {
+            GuestAead::Host => "host",
+            GuestAead::Guest => "guest",
+        };
+        ["--aead".into(), value.into()]
+    }
+}
+
+impl Side {
+    /// The guest's AEAD choice; `None` for the native peer.
+    pub fn guest_aead(self) -> Option<GuestAead> {
+        match self {
+            Side::Native => None,
+            Side::Guest => Some(GuestAead::Host),
+            Side::GuestWasmAead => Some(GuestAead::Guest),
+        }
+    }
 }
 
 /// The figures of one pairing.
@@ -124,6 +174,11 @@ pub struct Report {
     pub native_bulk_mb_per_s: f64,
     /// Guest bulk MB/s over native bulk MB/s.
     pub bulk_ratio: f64,
+    /// Bulk MB/s of the guest client with its AEAD inside
+    /// (guest-wasm-aead -> native), same run.
+    pub wasm_aead_bulk_mb_per_s: f64,
+    /// That over native bulk MB/s.
+    pub wasm_aead_bulk_ratio: f64,
     pub bulk_bytes: u64,
     pub rtt_message_bytes: usize,
     /// The initial datagram size (MTU) both sides used, bytes.
@@ -147,16 +202,16 @@ impl Report {
     /// The human-readable table.
     pub fn table(&self) -> String {
         let mut t = format!(
-            "{:<22} {:>12} {:>12} {:>11} {:>11} {:>11}\n",
+            "{:<36} {:>12} {:>12} {:>11} {:>11} {:>11}\n",
             "client -> server", "handshake", "handshake", "rtt p50", "rtt p99", "bulk echo"
         );
         t += &format!(
-            "{:<22} {:>12} {:>12} {:>11} {:>11} {:>11}\n",
+            "{:<36} {:>12} {:>12} {:>11} {:>11} {:>11}\n",
             "", "p50 (ms)", "p99 (ms)", "(us)", "(us)", "(MB/s)"
         );
         for p in &self.pairings {
             t += &format!(
-                "{:<22} {:>12.2} {:>12.2} {:>11.1} {:>11.1} {:>11.1}\n",
+                "{:<36} {:>12.2} {:>12.2} {:>11.1} {:>11.1} {:>11.1}\n",
                 p.name.replace("->", " -> "),
                 p.handshake_ms_p50,
                 p.handshake_ms_p99,
@@ -166,8 +221,12 @@ impl Report {
             );
         }
         t += &format!(
-            "\ntax, guest -> native vs native -> native:\n  handshake_tax_ms {:+.2} (guard: at most {:.0})\n  rtt_tax_us       {:+.1}\n  bulk ratio       {:.2}x\n",
-            self.handshake_tax_ms, self.handshake_tax_guard_ms, self.rtt_tax_us, self.bulk_ratio
+            "\ntax, guest -> native vs native -> native (guest: packet keys in the host):\n  handshake_tax_ms {:+.2} (guard: at most {:.0})\n  rtt_tax_us       {:+.1}\n  bulk ratio       {:.2}x (guest-wasm-aead: {:.2}x)\n",
+            self.handshake_tax_ms,
+            self.handshake_tax_guard_ms,
+            self.rtt_tax_us,
+            self.bulk_ratio,
+            self.wasm_aead_bulk_ratio
         );
         t
     }
@@ -176,6 +235,7 @@ impl Report {
 fn side_name(side: Side) -> &'static str {
     match side {
         Side::Guest => "guest",
+        Side::GuestWasmAead => "guest-wasm-aead",
         Side::Native => "native",
     }
 }
@@ -239,17 +299,22 @@ pub fn local_config() -> Config {
     }
 }
 
-/// Runs the guest client against `url` and parses its output.
+/// Runs the guest client against `url`, its packet keys where `aead`
+/// says, and parses its output.
+#[allow(clippy::too_many_arguments)]
 pub async fn guest_client(
     runner: &Runner,
     component: &Component,
     url: &str,
     trusted_der: &[u8],
     options: &Options,
+    aead: GuestAead,
     handshakes: usize,
     phases: &[String],
 ) -> anyhow::Result<ClientRun> {
-    let args = peer::guest_client_args(url, trusted_der, options, handshakes, phases);
+    let mut args = peer::guest_client_args(url, trusted_der, options, handshakes, &[]);
+    args.extend(aead.args());
+    args.extend(phases.iter().cloned());
     let outcome = runner
         .run(component, &args, GuestIo::Capture(16 << 20))
         .await;
@@ -274,17 +339,20 @@ pub struct GuestServer {
 }
 
 impl GuestServer {
-    /// Starts the guest and waits until it listens. Errors: no free port,
-    /// the guest never listened.
+    /// Starts the guest, its packet keys where `aead` says, and waits
+    /// until it listens. Errors: no free port, the guest never listened.
     pub async fn start(
         runner: Arc<Runner>,
         component: Component,
         identity: &Identity,
         options: &Options,
+        aead: GuestAead,
         max: u64,
     ) -> anyhow::Result<GuestServer> {
         let addr = peer::free_local_addr()?;
-        let args = peer::guest_server_args(["listen", &addr.to_string()], identity, options, max);
+        let mut args =
+            peer::guest_server_args(["listen", &addr.to_string()], identity, options, max);
+        args.extend(aead.args());
         let thread = std::thread::Builder::new()
             .name("quic-guest-server".into())
             .spawn(move || {
@@ -334,12 +402,12 @@ pub async fn run_pairing(
     phases: &[String],
 ) -> anyhow::Result<ClientRun> {
     let connections = handshakes as u64 + 1;
-    let (native, guest) = match server {
-        Side::Native => (
+    let (native, guest) = match server.guest_aead() {
+        None => (
             Some(NativeServer::start(identity, options, Faults::default())?),
             None,
         ),
-        Side::Guest => (
+        Some(aead) => (
             None,
             Some(
                 GuestServer::start(
@@ -347,6 +415,7 @@ pub async fn run_pairing(
                     component.clone(),
                     identity,
                     options,
+                    aead,
                     connections,
                 )
                 .await?,
@@ -358,8 +427,8 @@ pub async fn run_pairing(
         (_, Some(g)) => g.url.clone(),
         _ => unreachable!(),
     };
-    let run = match client {
-        Side::Native => {
+    let run = match client.guest_aead() {
+        None => {
             let parsed = phases
                 .iter()
                 .map(|p| p.parse::<Phase>())
@@ -374,13 +443,14 @@ pub async fn run_pairing(
             )
             .await?
         }
-        Side::Guest => {
+        Some(aead) => {
             guest_client(
                 runner,
                 component,
                 &url,
                 &identity.cert_der,
                 options,
+                aead,
                 handshakes,
                 phases,
             )
@@ -428,12 +498,7 @@ pub async fn run(
     options.transport()?;
     let phases = w.phases();
     let mut pairings = Vec::new();
-    for (client, server) in [
-        (Side::Native, Side::Native),
-        (Side::Guest, Side::Native),
-        (Side::Native, Side::Guest),
-        (Side::Guest, Side::Guest),
-    ] {
+    for (client, server) in PAIRINGS {
         progress.phase(&format!("{} -> {}", side_name(client), side_name(server)));
         let run = run_pairing(
             &runner,
@@ -463,6 +528,8 @@ pub async fn run(
         bulk_mb_per_s: 0.0,
         native_bulk_mb_per_s: 0.0,
         bulk_ratio: 0.0,
+        wasm_aead_bulk_mb_per_s: 0.0,
+        wasm_aead_bulk_ratio: 0.0,
         bulk_bytes: w.bulk_bytes,
         rtt_message_bytes: w.rtt.1,
         datagram_bytes: mtu,
@@ -485,6 +552,9 @@ pub async fn run(
     report.bulk_mb_per_s = guest.bulk_mb_per_s;
     report.native_bulk_mb_per_s = native.bulk_mb_per_s;
     report.bulk_ratio = guest.bulk_mb_per_s / native.bulk_mb_per_s;
+    let wasm = report.pairing(Side::GuestWasmAead, Side::Native).clone();
+    report.wasm_aead_bulk_mb_per_s = wasm.bulk_mb_per_s;
+    report.wasm_aead_bulk_ratio = wasm.bulk_mb_per_s / native.bulk_mb_per_s;
     Ok(report)
 }
 

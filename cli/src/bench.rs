@@ -555,7 +555,7 @@ async fn run_quic(
     } else {
         quic::Workload::bench()
     };
-    let progress = Progress::new("bench quic", 4);
+    let progress = Progress::new("bench quic", quic::PAIRINGS.len() as u64);
     let report = quic::run(&workload, mtu, max_mtu, &progress).await;
     progress.finish();
     Ok((workload, report?))

@@ -144,6 +144,10 @@ pub struct HostArgs {
     /// p3 guest has pending at once (at least 1).
     #[arg(long, default_value_t = Limits::default().readiness_set_entries, value_parser = at_least_one_usize())]
     pub readiness_set_entries: usize,
+    /// Live AEAD packet keys (`tether:streams/aead`) one guest holds at
+    /// most; 0 refuses every key (a QUIC guest then keeps its AEAD inside).
+    #[arg(long, default_value_t = Limits::default().max_aead_keys)]
+    pub max_aead_keys: usize,
     #[command(flatten)]
     pub shutdown: ShutdownArgs,
 }
@@ -228,6 +232,7 @@ impl HostArgs {
                 shutdown_timeout: self.shutdown.timeout(),
                 readiness_set_entries: self.readiness_set_entries,
                 max_batch_messages: self.max_batch_messages,
+                max_aead_keys: self.max_aead_keys,
                 ..Limits::default()
             },
         }

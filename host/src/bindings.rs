@@ -16,6 +16,7 @@ wasmtime::component::bindgen!({
         "tether:streams/tcp.future-byte-stream": crate::tcp::FutureByteStream,
         "tether:streams/tcp.byte-listener": crate::tcp::ByteListener,
         "tether:streams/readiness.readiness-set": crate::readiness::ReadinessSet,
+        "tether:streams/aead.packet-key": crate::aead::PacketKey,
     },
     require_store_data_send: true,
 });

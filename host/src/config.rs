@@ -52,6 +52,12 @@ pub struct Limits {
     /// model's waitable set being its readiness set; past it the call
     /// returns `invalid-argument` at once. Default 65,536.
     pub readiness_set_entries: usize,
+    /// Live AEAD packet keys (`tether:streams/aead`) one guest instance
+    /// holds at most; past it `packet-key.create` fails with
+    /// `too-many-keys` (the QUIC guest then keeps that key inside). Each
+    /// costs the host under 1 KiB (*ring*'s expanded key). A QUIC
+    /// connection holds up to 8 at once. Default 4,096.
+    pub max_aead_keys: usize,
     /// WebSocket handshakes a listener runs at once: connections accepted
     /// whose upgrade is not done yet (each is cut at `handshake_timeout`).
     /// They do not count against `accept_backlog`, so clients that stall
@@ -118,6 +124,7 @@ impl Default for Limits {
             tcp_read_chunk_bytes: 64 << 10,
             accept_backlog: 64,
             readiness_set_entries: 1 << 16,
+            max_aead_keys: 4096,
             max_handshakes_per_listener: 1024,
             connect_timeout: Duration::from_secs(10),
             handshake_timeout: Duration::from_secs(10),

@@ -42,6 +42,8 @@
 //! - `ready.rs`: event-driven wake-ups (no periodic tick);
 //! - `readiness.rs`: readiness sets, a guest's O(1)-per-event wait on many
 //!   streams;
+//! - `aead.rs`: AEAD packet keys held by the host (native QUIC packet
+//!   protection for guests);
 //! - `shutdown.rs`: graceful shutdown ([`HostCtx::shutdown`]);
 //! - `metrics.rs`: Prometheus metrics ([`HostCtx::metrics`]) and a small
 //!   `/metrics` server;
@@ -53,6 +55,7 @@ use std::sync::Arc;
 use wasmtime::component::{HasData, Linker, ResourceTable};
 
 mod accept;
+pub mod aead;
 pub mod bindings;
 pub mod config;
 pub mod metrics;
@@ -210,6 +213,9 @@ pub struct TetherCtx {
     /// Async calls of `tether:streams-async` this guest has pending
     /// (see [`p3::PendingCall`]), at most `readiness_set_entries`.
     pub(crate) pending_calls: Arc<std::sync::atomic::AtomicUsize>,
+    /// Live `tether:streams/aead` packet keys of this guest, at most
+    /// `max_aead_keys`.
+    pub(crate) aead_keys: usize,
 }
 
 impl TetherCtx {
@@ -221,6 +227,7 @@ impl TetherCtx {
             streams: Vec::new(),
             orphans: Vec::new(),
             pending_calls: Arc::default(),
+            aead_keys: 0,
         }
     }
 
@@ -285,7 +292,7 @@ impl HasData for HasTether {
 impl bindings::tether::streams::types::Host for TetherCtxView<'_> {}
 
 /// Adds the `tether:streams` interfaces (types, websocket, tcp,
-/// readiness) to `linker`.
+/// readiness, aead) to `linker`.
 /// Call `wasmtime_wasi::p2::add_to_linker_async` first: Tether's streams
 /// and pollables are `wasi:io` resources, and this replaces the drop of
 /// `wasi:io` input and output streams with Tether's drop rule (a stream
@@ -294,10 +301,11 @@ impl bindings::tether::streams::types::Host for TetherCtxView<'_> {}
 ///
 /// Errors: `wasi:io/streams` is not in `linker` yet.
 pub fn add_to_linker<T: TetherView + 'static>(linker: &mut Linker<T>) -> wasmtime::Result<()> {
-    use bindings::tether::streams::{readiness, tcp, types, websocket};
+    use bindings::tether::streams::{aead, readiness, tcp, types, websocket};
     types::add_to_linker::<T, HasTether>(linker, T::tether)?;
     websocket::add_to_linker::<T, HasTether>(linker, T::tether)?;
     tcp::add_to_linker::<T, HasTether>(linker, T::tether)?;
     readiness::add_to_linker::<T, HasTether>(linker, T::tether)?;
+    aead::add_to_linker::<T, HasTether>(linker, T::tether)?;
     ready::add_stream_drops_to_linker(linker)
 }

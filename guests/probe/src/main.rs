@@ -37,6 +37,9 @@
 //! probe tcp-backlog ADDR WAIT_MS N     listen, accept nothing for WAIT_MS, then accept N
 //! probe ws-backlog ADDR WAIT_MS N      the same with a WebSocket listener
 //! probe fail-holding URL exit|trap|memory   connect, then fail that way holding the stream
+//! probe aead                           host AEAD (`tether:streams/aead`): RFC 9001 A.5, then
+//!                                      hostile inputs (forged tag, oversized payload, wrong key
+//!                                      and nonce lengths, keys until refused), one line each
 //! ```
 
 use std::process::ExitCode;
@@ -86,6 +89,10 @@ fn main() -> ExitCode {
         "tcp-backlog" => tcp_backlog(arg(2), num(3) as u64, num(4)),
         "ws-backlog" => ws_backlog(arg(2), num(3) as u64, num(4)),
         "fail-holding" => fail_holding(arg(2), arg(3)),
+        "aead" => {
+            aead();
+            Ok(())
+        }
         other => {
             eprintln!("probe: unknown command `{other}`");
             return ExitCode::from(2);
@@ -582,4 +589,79 @@ fn ws_serve_hold(address: &str, hold_ms: u64, close_code: Option<u16>) -> Result
     drop(stream);
     println!("ok released");
     Ok(())
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn unhex(s: &str) -> Vec<u8> {
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).expect("hex"))
+        .collect()
+}
+
+/// `probe aead`: one line per check, `NAME ok DETAIL` or `NAME err ERROR`
+/// (the error's `Debug`), for the host test to compare.
+fn aead() {
+    use sdk::aead::{Algorithm, PacketKey};
+    let show = |name: &str, r: Result<Vec<u8>, sdk::aead::AeadError>| match r {
+        Ok(v) => println!("{name} ok {}", hex(&v)),
+        Err(e) => println!("{name} err {e:?}"),
+    };
+    // RFC 9001 Appendix A.5: nonce = IV XOR packet number 654360564.
+    let key = PacketKey::create(
+        Algorithm::Chacha20Poly1305,
+        &unhex("c6d98ff3441c3fe1b2182094f69caa2ed4b716b65488960a7a984979fb23e1c8"),
+    )
+    .expect("a 32-byte ChaCha20-Poly1305 key");
+    let mut nonce = unhex("e0459b3474bdd0e44a41c144");
+    for (i, b) in 654360564u64.to_be_bytes().iter().enumerate() {
+        nonce[4 + i] ^= b;
+    }
+    let header = unhex("4200bff4");
+    let sealed = key.seal(&nonce, &header, &[1]);
+    show("a5-seal", sealed.clone());
+    let sealed = sealed.unwrap_or_default();
+    show("a5-open", key.open(&nonce, &header, &sealed));
+    let mut forged = sealed.clone();
+    if let Some(last) = forged.last_mut() {
+        *last ^= 1;
+    }
+    show("forged", key.open(&nonce, &header, &forged));
+    show(
+        "oversized",
+        key.seal(&nonce, &header, &vec![0; (64 << 10) + 1]),
+    );
+    show(
+        "largest",
+        key.seal(&nonce, &header, &vec![0; 64 << 10])
+            .map(|v| v.len().to_be_bytes().to_vec()),
+    );
+    show("short-nonce", key.seal(&nonce[..11], &header, &[1]));
+    let algorithm =
+        |alg, len: usize| PacketKey::create(alg, &vec![7; len]).map(|k| vec![k.algorithm() as u8]);
+    show("aes128-key32", algorithm(Algorithm::Aes128Gcm, 32));
+    show("aes256-key16", algorithm(Algorithm::Aes256Gcm, 16));
+    show("aes128-key16", algorithm(Algorithm::Aes128Gcm, 16));
+    // Keys until the host refuses (one is held already: `key`).
+    let mut keys = Vec::new();
+    let refused = loop {
+        match PacketKey::create(Algorithm::Aes256Gcm, &[3; 32]) {
+            Ok(k) => keys.push(k),
+            Err(e) => break e,
+        }
+        if keys.len() > 100_000 {
+            println!("keys never refused");
+            return;
+        }
+    };
+    println!("keys {} err {refused:?}", keys.len() + 1);
+    keys.pop();
+    show(
+        "after-drop",
+        PacketKey::create(Algorithm::Aes128Gcm, &[3; 16]).map(|_| Vec::new()),
+    );
+    show("still-serving", key.open(&nonce, &header, &sealed));
 }

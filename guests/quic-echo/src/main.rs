@@ -7,7 +7,13 @@
 //! quic-echo server dial URL --cert HEX --key HEX [OPTIONS]
 //! quic-echo client URL --ca HEX [--name NAME] [--handshakes K] [OPTIONS] PHASE...
 //! OPTIONS: [--alpn PROTO]... [--idle-ms MS] [--keep-alive-ms MS] [--mtu BYTES] [--max-mtu BYTES]
+//!          [--aead host|guest]
 //! ```
+//!
+//! `--aead host` (the default) hands QUIC packet keys to the host
+//! (`tether:streams/aead`, see `host_aead.rs`) and prefers AES-128-GCM;
+//! `--aead guest` keeps every key inside the guest (SIMD ChaCha20-Poly1305
+//! preferred).
 //!
 //! The server echoes every bidirectional stream and datagram of every
 //! connection (`listen`: each accepted message stream carries one; `--max`
@@ -28,6 +34,8 @@
 //! Timers are event-driven: the guest sleeps in one `poll` on its streams
 //! and a monotonic-clock pollable armed for the connection's next deadline
 //! (re-armed only when the deadline moves), never on a periodic tick.
+
+mod host_aead;
 
 use std::process::ExitCode;
 use std::time::Instant;
@@ -75,6 +83,7 @@ struct Flags {
 
 fn parse(args: &[String]) -> Result<Flags, Error> {
     let mut f = Flags::default();
+    f.options.aead = config::Aead::External(&host_aead::HOST_AEAD);
     let mut alpn = Vec::new();
     let mut it = args.iter();
     while let Some(a) = it.next() {
@@ -106,6 +115,17 @@ fn parse(args: &[String]) -> Result<Flags, Error> {
             "--max-mtu" => {
                 f.options.max_mtu = u16::try_from(number(value()?)?)
                     .map_err(|_| Error::Config("--max-mtu is at most 65535".into()))?
+            }
+            "--aead" => {
+                f.options.aead = match value()?.as_str() {
+                    "host" => config::Aead::External(&host_aead::HOST_AEAD),
+                    "guest" => config::Aead::Builtin,
+                    other => {
+                        return Err(Error::Config(format!(
+                            "--aead: `{other}` is neither host nor guest"
+                        )));
+                    }
+                }
             }
             "--handshakes" => f.handshakes = number(value()?)? as usize,
             "--max" => f.max = number(value()?)?,

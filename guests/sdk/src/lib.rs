@@ -14,6 +14,7 @@ wit_bindgen::generate!({
 #[cfg(feature = "p3")]
 pub mod p3;
 
+pub use tether::streams::aead;
 pub use tether::streams::readiness::{Interest, ReadinessSet};
 pub use tether::streams::tcp;
 pub use tether::streams::types::ErrorCode;

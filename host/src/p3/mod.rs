@@ -16,6 +16,7 @@
 //! Embedding: [`add_to_linker`] next to `wasmtime_wasi::p2::add_to_linker_async`
 //! on an engine with `wasm_component_model_async(true)`, or [`Runner`].
 
+mod aead;
 mod runner;
 mod tcp;
 
@@ -45,6 +46,7 @@ mod generated {
             "tether:streams-async/websocket.listener": crate::websocket::Listener,
             "tether:streams-async/tcp.byte-stream": crate::p3::tcp::ByteStream,
             "tether:streams-async/tcp.byte-listener": crate::tcp::ByteListener,
+            "tether:streams-async/aead.packet-key": crate::aead::PacketKey,
         },
         require_store_data_send: true,
     });
@@ -66,10 +68,11 @@ impl HasData for HasTetherAsync {
 
 /// Adds `tether:streams-async` (types, websocket, tcp) to `linker`.
 pub fn add_to_linker<T: TetherView + 'static>(linker: &mut Linker<T>) -> wasmtime::Result<()> {
-    use generated::tether::streams_async::{tcp, types, websocket};
+    use generated::tether::streams_async::{aead, tcp, types, websocket};
     types::add_to_linker::<T, HasTetherAsync>(linker, T::tether)?;
     websocket::add_to_linker::<T, HasTetherAsync>(linker, T::tether)?;
-    tcp::add_to_linker::<T, HasTetherAsync>(linker, T::tether)
+    tcp::add_to_linker::<T, HasTetherAsync>(linker, T::tether)?;
+    aead::add_to_linker::<T, HasTetherAsync>(linker, T::tether)
 }
 
 /// One pending async call (`connect`, a `-ready` wait) of a

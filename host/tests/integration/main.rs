@@ -1,6 +1,7 @@
 //! Integration tests: guest components run through the host against real
 //! peers on 127.0.0.1.
 
+mod aead;
 mod batch;
 mod common;
 mod jetsocat;

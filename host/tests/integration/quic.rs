@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tether_bench::quic::{GuestServer, Side, guest_client, run_pairing};
+use tether_bench::quic::{GuestAead, GuestServer, Side, guest_client, run_pairing};
 use tether_bench::quic_peer::{self as peer, ClientRun, Faults, NativeServer};
 use tether_host::runner::{GuestIo, Runner};
 use tether_quic::{Identity, Options, Phase};
@@ -89,6 +89,16 @@ async fn guest_client_guest_server_echo_1_1000_16mib() {
 }
 
 #[tokio::test(flavor = "current_thread")]
+async fn guest_wasm_aead_client_native_server_echo_1_1000_16mib() {
+    pairing(Side::GuestWasmAead, Side::Native).await;
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn guest_wasm_aead_client_guest_server_echo_1_1000_16mib() {
+    pairing(Side::GuestWasmAead, Side::Guest).await;
+}
+
+#[tokio::test(flavor = "current_thread")]
 async fn wrong_alpn_fails_fast_with_a_clear_error() {
     let (runner, component, identity) = setup();
     let server_options = Options::default();
@@ -105,6 +115,7 @@ async fn wrong_alpn_fails_fast_with_a_clear_error() {
         &server.url(),
         &identity.cert_der,
         &wrong,
+        GuestAead::Host,
         0,
         &strings(&["rtt:1:1"]),
     )
@@ -130,6 +141,7 @@ async fn wrong_alpn_fails_fast_with_a_clear_error() {
         component.clone(),
         &identity,
         &server_options,
+        GuestAead::Host,
         1,
     )
     .await
@@ -183,6 +195,7 @@ async fn absent_peer_handshake_times_out_within_the_idle_timeout() {
         &silent.url(),
         &identity.cert_der,
         &options,
+        GuestAead::Host,
         0,
         &strings(&["rtt:1:1"]),
     )
@@ -209,6 +222,7 @@ async fn untrusted_server_certificate_fails_the_handshake() {
         &server.url(),
         &other.cert_der,
         &Options::default(),
+        GuestAead::Host,
         0,
         &strings(&["rtt:1:1"]),
     )
@@ -234,6 +248,7 @@ async fn junk_and_truncated_datagrams_are_ignored() {
         &server.url(),
         &identity.cert_der,
         &Options::default(),
+        GuestAead::Host,
         0,
         &strings(&phases),
     )
@@ -251,6 +266,7 @@ async fn junk_and_truncated_datagrams_are_ignored() {
         component.clone(),
         &identity,
         &Options::default(),
+        GuestAead::Host,
         1,
     )
     .await
@@ -296,6 +312,7 @@ async fn peer_closing_the_message_stream_mid_transfer_is_a_clear_error() {
         &server.url(),
         &identity.cert_der,
         &options,
+        GuestAead::Host,
         0,
         &strings(&["stream:16m"]),
     )
@@ -314,9 +331,16 @@ async fn peer_closing_the_message_stream_mid_transfer_is_a_clear_error() {
     );
 
     // The native client walks away from the guest server.
-    let guest = GuestServer::start(runner.clone(), component.clone(), &identity, &options, 1)
-        .await
-        .unwrap();
+    let guest = GuestServer::start(
+        runner.clone(),
+        component.clone(),
+        &identity,
+        &options,
+        GuestAead::Host,
+        1,
+    )
+    .await
+    .unwrap();
     let run = peer::native_client(
         &guest.url,
         &identity.cert_der,
@@ -356,6 +380,7 @@ async fn idle_connection_wakes_the_guest_only_at_quic_deadlines() {
         &server.url(),
         &identity.cert_der,
         &quiet,
+        GuestAead::Host,
         0,
         &phases,
     )
@@ -384,6 +409,7 @@ async fn idle_connection_wakes_the_guest_only_at_quic_deadlines() {
         &server.url(),
         &identity.cert_der,
         &chatty,
+        GuestAead::Host,
         0,
         &phases,
     )

@@ -76,6 +76,30 @@ pub struct Options {
     /// Connection-wide send window, bytes: unacknowledged data buffered for
     /// sending. Default 8 MiB.
     pub send_window: u64,
+    /// Where packet keys run. Default [`Aead::Builtin`].
+    pub aead: Aead,
+}
+
+/// Where QUIC packet protection (RFC 9001 section 5.3) runs.
+#[derive(Clone, Copy, Default)]
+pub enum Aead {
+    /// In this process, with *ring* (and, in WebAssembly, `rscrypto`'s
+    /// SIMD ChaCha20-Poly1305 preferred: there are no AES instructions).
+    #[default]
+    Builtin,
+    /// Packet keys handed to an external AEAD (a guest's host, with native
+    /// AES-GCM), AES-128-GCM preferred; header protection stays here. See
+    /// [`crate::packet_protection::external_suites`].
+    External(&'static dyn crate::packet_protection::ExternalAead),
+}
+
+impl std::fmt::Debug for Aead {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Aead::Builtin => "Builtin",
+            Aead::External(_) => "External",
+        })
+    }
 }
 
 impl Default for Options {
@@ -89,6 +113,7 @@ impl Default for Options {
             max_mtu: MAX_MTU,
             stream_window: 4 << 20,
             send_window: 8 << 20,
+            aead: Aead::Builtin,
         }
     }
 }
@@ -195,8 +220,12 @@ impl Identity {
     }
 }
 
-fn provider() -> Arc<rustls::crypto::CryptoProvider> {
+fn provider(aead: Aead) -> Arc<rustls::crypto::CryptoProvider> {
     let mut provider = rustls::crypto::ring::default_provider();
+    if let Aead::External(external) = aead {
+        provider.cipher_suites = crate::packet_protection::external_suites(external);
+        return Arc::new(provider);
+    }
     // Without AES instructions (WebAssembly has none) ChaCha20-Poly1305 is
     // the faster AEAD, and `rscrypto`'s SIMD ChaCha20 beats *ring*'s
     // portable one for packet keys; natively AES-GCM is faster. The
@@ -229,15 +258,17 @@ pub fn server_config(
     }
     let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(identity.key_der.clone()));
     let cert = CertificateDer::from(identity.cert_der.clone());
-    let mut tls = rustls::ServerConfig::builder_with_provider(provider())
+    let mut tls = rustls::ServerConfig::builder_with_provider(provider(options.aead))
         .with_protocol_versions(&[&rustls::version::TLS13])
         .map_err(|e| Error::Config(e.to_string()))?
         .with_no_client_auth()
         .with_single_cert(vec![cert], key)
         .map_err(|e| Error::Config(format!("server certificate or key: {e}")))?;
     tls.alpn_protocols = options.alpn.clone();
-    // In WebAssembly, pick the suite that is fast here (see `provider`).
-    tls.ignore_client_order = cfg!(target_family = "wasm");
+    // In WebAssembly, or with an external AEAD, pick the suite that is fast
+    // here (see `provider`).
+    tls.ignore_client_order =
+        cfg!(target_family = "wasm") || matches!(options.aead, Aead::External(_));
     let crypto = QuicServerConfig::try_from(tls).map_err(|e| Error::Config(e.to_string()))?;
     let mut config = quinn_proto::ServerConfig::with_crypto(Arc::new(crypto));
     config
@@ -265,7 +296,7 @@ pub fn client_config(
     roots
         .add(CertificateDer::from(trusted_der.to_vec()))
         .map_err(|e| Error::Config(format!("trusted certificate: {e}")))?;
-    let mut tls = rustls::ClientConfig::builder_with_provider(provider())
+    let mut tls = rustls::ClientConfig::builder_with_provider(provider(options.aead))
         .with_protocol_versions(&[&rustls::version::TLS13])
         .map_err(|e| Error::Config(e.to_string()))?
         .with_root_certificates(roots)

@@ -63,6 +63,7 @@ pub use config::{DEFAULT_ALPN, DEFAULT_MTU, DEFAULT_SERVER_NAME, Identity, MAX_M
 pub use echo::{EchoServer, EchoStats};
 pub use link::{Link, LinkStats};
 pub use quinn_proto;
+pub use rustls;
 
 /// Why a connection or a workload failed. Each case reads as a sentence
 /// for people; [`Error::kind`] names it for machines.
