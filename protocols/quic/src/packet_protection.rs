@@ -79,9 +79,12 @@ impl quic::Algorithm for PacketKeys {
             .as_ref()
             .try_into()
             .expect("rustls derives 32-byte keys for ChaCha20-Poly1305");
-        Box::new(PacketKey {
-            aead: ChaCha20Poly1305::new(&ChaCha20Poly1305Key::from_bytes(bytes)),
+        Box::new(QuicPacketKey {
+            key: Box::new(SimdChaCha(ChaCha20Poly1305::new(
+                &ChaCha20Poly1305Key::from_bytes(bytes),
+            ))),
             iv,
+            algorithm: AeadAlgorithm::Chacha20Poly1305,
         })
     }
 
@@ -94,98 +97,34 @@ impl quic::Algorithm for PacketKeys {
     }
 }
 
-/// One direction's packet key: ChaCha20-Poly1305 with the nonce of RFC 9001
-/// section 5.3.
-struct PacketKey {
-    aead: ChaCha20Poly1305,
-    iv: Iv,
-}
+/// `rscrypto`'s ChaCha20-Poly1305, as the sealer of a [`QuicPacketKey`].
+struct SimdChaCha(ChaCha20Poly1305);
 
-impl PacketKey {
-    fn nonce(&self, path_id: Option<u32>, packet_number: u64) -> Nonce96 {
-        let nonce = match path_id {
-            None => Nonce::new(&self.iv, packet_number),
-            Some(path) => Nonce::for_path(path, &self.iv, packet_number),
-        };
-        Nonce96::from_bytes(nonce.0)
-    }
-
-    fn seal(&self, nonce: Nonce96, header: &[u8], payload: &mut [u8]) -> Result<Tag, Error> {
-        let tag = self
-            .aead
-            .encrypt_in_place(&nonce, header, payload)
-            .map_err(|_| Error::EncryptError)?;
-        Ok(Tag::from(tag.as_ref()))
-    }
-
-    fn open<'a>(
+impl ExternalKey for SimdChaCha {
+    fn seal(
         &self,
-        nonce: Nonce96,
-        header: &[u8],
-        payload: &'a mut [u8],
-    ) -> Result<&'a [u8], Error> {
-        let plain_len = payload
+        nonce: &[u8; 12],
+        aad: &[u8],
+        payload: &mut [u8],
+    ) -> Result<[u8; TAG_LEN], Error> {
+        let tag = self
+            .0
+            .encrypt_in_place(&Nonce96::from_bytes(*nonce), aad, payload)
+            .map_err(|_| Error::EncryptError)?;
+        tag.as_ref().try_into().map_err(|_| Error::EncryptError)
+    }
+
+    fn open(&self, nonce: &[u8; 12], aad: &[u8], sealed: &mut [u8]) -> Result<usize, Error> {
+        let plain_len = sealed
             .len()
             .checked_sub(TAG_LEN)
             .ok_or(Error::DecryptError)?;
-        let (text, tag) = payload.split_at_mut(plain_len);
+        let (text, tag) = sealed.split_at_mut(plain_len);
         let tag = ChaCha20Poly1305::tag_from_slice(tag).map_err(|_| Error::DecryptError)?;
-        self.aead
-            .decrypt_in_place(&nonce, header, text, &tag)
+        self.0
+            .decrypt_in_place(&Nonce96::from_bytes(*nonce), aad, text, &tag)
             .map_err(|_| Error::DecryptError)?;
-        Ok(&payload[..plain_len])
-    }
-}
-
-impl quic::PacketKey for PacketKey {
-    fn encrypt_in_place(
-        &self,
-        packet_number: u64,
-        header: &[u8],
-        payload: &mut [u8],
-    ) -> Result<Tag, Error> {
-        self.seal(self.nonce(None, packet_number), header, payload)
-    }
-
-    fn encrypt_in_place_for_path(
-        &self,
-        path_id: u32,
-        packet_number: u64,
-        header: &[u8],
-        payload: &mut [u8],
-    ) -> Result<Tag, Error> {
-        self.seal(self.nonce(Some(path_id), packet_number), header, payload)
-    }
-
-    fn decrypt_in_place<'a>(
-        &self,
-        packet_number: u64,
-        header: &[u8],
-        payload: &'a mut [u8],
-    ) -> Result<&'a [u8], Error> {
-        self.open(self.nonce(None, packet_number), header, payload)
-    }
-
-    fn decrypt_in_place_for_path<'a>(
-        &self,
-        path_id: u32,
-        packet_number: u64,
-        header: &[u8],
-        payload: &'a mut [u8],
-    ) -> Result<&'a [u8], Error> {
-        self.open(self.nonce(Some(path_id), packet_number), header, payload)
-    }
-
-    fn tag_len(&self) -> usize {
-        TAG_LEN
-    }
-
-    fn confidentiality_limit(&self) -> u64 {
-        CONFIDENTIALITY_LIMIT
-    }
-
-    fn integrity_limit(&self) -> u64 {
-        INTEGRITY_LIMIT
+        Ok(plain_len)
     }
 }
 
@@ -299,7 +238,7 @@ struct ExternalKeys {
 impl quic::Algorithm for ExternalKeys {
     fn packet_key(&self, key: AeadKey, iv: Iv) -> Box<dyn quic::PacketKey> {
         match self.external.key(self.algorithm, key.as_ref()) {
-            Some(external) => Box::new(ExternalPacketKey {
+            Some(external) => Box::new(QuicPacketKey {
                 key: external,
                 iv,
                 algorithm: self.algorithm,
@@ -317,15 +256,16 @@ impl quic::Algorithm for ExternalKeys {
     }
 }
 
-/// One direction's packet key held by an [`ExternalAead`], with the nonce
-/// of RFC 9001 section 5.3.
-struct ExternalPacketKey {
+/// One direction's packet key: a sealer (an [`ExternalAead`]'s key, or
+/// `rscrypto`'s ChaCha20-Poly1305) with the nonce of RFC 9001 section 5.3
+/// and the limits of RFC 9001 section 6.6.
+struct QuicPacketKey {
     key: Box<dyn ExternalKey>,
     iv: Iv,
     algorithm: AeadAlgorithm,
 }
 
-impl ExternalPacketKey {
+impl QuicPacketKey {
     fn nonce(&self, path_id: Option<u32>, packet_number: u64) -> [u8; 12] {
         match path_id {
             None => Nonce::new(&self.iv, packet_number).0,
@@ -344,7 +284,7 @@ impl ExternalPacketKey {
     }
 }
 
-impl quic::PacketKey for ExternalPacketKey {
+impl quic::PacketKey for QuicPacketKey {
     fn encrypt_in_place(
         &self,
         packet_number: u64,
