@@ -48,6 +48,11 @@ export function fromNodeError(e) {
   if (code === "ECONNREFUSED") return E.connectionRefused(msg);
   if (code === "ENOTFOUND" || code === "EAI_AGAIN" || code === "EAI_FAIL" || code === "ENODATA") return E.dnsFailure(msg);
   if (code === "ETIMEDOUT") return E.timeout();
+  // The rustls wording the Rust host reports, then Node's own message.
+  if (/^(UNABLE_TO_|SELF_SIGNED|DEPTH_ZERO|CERT_UNTRUSTED)/.test(code)) {
+    return E.tlsFailure(`invalid peer certificate: UnknownIssuer (${msg})`);
+  }
+  if (code === "ERR_TLS_CERT_ALTNAME_INVALID") return E.tlsFailure(`invalid peer certificate: certificate not valid for name (${msg})`);
   if (TLS_CODES.test(code) || /certificate|SSL|TLS|wrong version number/i.test(msg)) return E.tlsFailure(msg);
   if (code === "ECONNRESET" || code === "EPIPE") return E.protocolError(msg);
   return E.other(msg);

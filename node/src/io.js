@@ -9,6 +9,7 @@
 // class of each handle it lowers).
 
 import { hrtime } from "node:process";
+import { performance } from "node:perf_hooks";
 import { writeSync } from "node:fs";
 
 /** A set of wake-up callbacks that a resource fires when its state changes. */
@@ -40,8 +41,14 @@ export class Pollable {
     return this.check();
   }
   block() {
-    if (this.ready()) return undefined;
-    return waitAny([this]).then(() => this.block());
+    if (this.ready()) {
+      if (performance.now() - lastYield < YIELD_AFTER_MS) return undefined;
+      return turn().then(() => this.block());
+    }
+    return waitAny([this]).then(() => {
+      lastYield = performance.now();
+      return this.block();
+    });
   }
   [Symbol.dispose]() {}
 }
@@ -78,13 +85,46 @@ function waitAny(list) {
   });
 }
 
+/**
+ * The longest a guest that always finds something ready keeps the event
+ * loop from running (socket reads, timers, the other streams' wake-ups),
+ * ms. Like the Rust host's cooperative yield every `epoch_tick`: a guest
+ * busy with one ready stream must not starve the rest.
+ */
+const YIELD_AFTER_MS = 2;
+let lastYield = performance.now();
+
+const turn = () =>
+  new Promise((resolve) =>
+    setImmediate(() => {
+      lastYield = performance.now();
+      resolve();
+    }),
+  );
+
+/**
+ * Returns `value`, or a promise of it after one turn of the event loop
+ * when the guest has not let the loop run for `YIELD_AFTER_MS` (for
+ * suspending imports that never wait, such as `take-ready`).
+ */
+export function yieldingReturn(value) {
+  if (performance.now() - lastYield < YIELD_AFTER_MS) return value;
+  return turn().then(() => value);
+}
+
 /** `wasi:io/poll#poll`: indices of the ready pollables, waiting for one. */
 export function poll(list) {
   const ready = [];
   for (let i = 0; i < list.length; i++) if (list[i].ready()) ready.push(i);
-  if (ready.length > 0) return new Uint32Array(ready);
+  if (ready.length > 0) {
+    if (performance.now() - lastYield < YIELD_AFTER_MS) return new Uint32Array(ready);
+    return turn().then(() => poll(list));
+  }
   if (list.length === 0) throw new Error("wasi:io/poll: poll of an empty list would block forever");
-  return waitAny(list).then(() => poll(list));
+  return waitAny(list).then(() => {
+    lastYield = performance.now();
+    return poll(list);
+  });
 }
 
 /** `wasi:io/error` error resource. */
@@ -126,10 +166,12 @@ export class InputStream {
     return r instanceof Promise ? r.then((b) => BigInt(b.length)) : BigInt(r.length);
   }
   subscribe() {
-    return new Pollable(this.source.signal, () => this.source.readable());
+    return new Pollable(this.source.signal, () => this.dropped || this.source.readable());
   }
   [Symbol.dispose]() {
+    this.dropped = true;
     this.source.dropInput?.();
+    this.source.signal?.wake();
   }
 }
 
@@ -186,10 +228,12 @@ export class OutputStream {
     return this.splice(src, len);
   }
   subscribe() {
-    return new Pollable(this.sink.signal, () => this.sink.writable());
+    return new Pollable(this.sink.signal, () => this.dropped || this.sink.writable());
   }
   [Symbol.dispose]() {
+    this.dropped = true;
     this.sink.dropOutput?.();
+    this.sink.signal?.wake();
   }
 }
 

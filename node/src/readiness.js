@@ -4,7 +4,7 @@
 // and keeps those still ready, so the cost is O(1) per event and
 // O(entries returned) per call, whatever the number of registrations.
 
-import { Signal, Pollable } from "./io.js";
+import { Signal, Pollable, yieldingReturn } from "./io.js";
 import { E } from "./config.js";
 import { MessageStream, Listener } from "./websocket.js";
 import { ByteStream, ByteListener } from "./tcp.js";
@@ -24,7 +24,9 @@ export class ReadinessSet {
     const id = keyOf(key, interest);
     const old = this.entries.get(id);
     if (!old && this.entries.size >= this.host.limits.readinessSetEntries) {
-      throw E.invalidArgument(`the readiness set is full (${this.host.limits.readinessSetEntries} registrations)`);
+      throw E.invalidArgument(
+        `readiness set is full: at most ${this.host.limits.readinessSetEntries} registrations (limit readiness_set_entries)`,
+      );
     }
     if (old) this.remove(id);
     const entry = { key: BigInt(key), interest, target, signal, check, id };
@@ -90,7 +92,11 @@ export class ReadinessSet {
   subscribe() {
     return new Pollable(this.signal, () => this.anyReady());
   }
+  /** A suspending import (JSPI): a guest that only calls `take-ready` still lets the event loop run. */
   takeReady(max) {
+    return yieldingReturn(this.collect(max));
+  }
+  collect(max) {
     const out = [];
     const again = [];
     for (const e of this.queue) {

@@ -21,6 +21,7 @@ class Sock {
     this.eof = false;
     this.error = null;
     this.unsent = 0;
+    this.pending = new Set();
     this.shut = false;
     this.paused = false;
     this.holders = 3;
@@ -99,11 +100,16 @@ class Sock {
     if (buf.length > this.room()) throw streamFailed(`write of ${buf.length} bytes exceeds check-write's ${this.room()}`);
     if (buf.length === 0) return;
     this.unsent += buf.length;
-    const n = buf.length;
-    this.sock.write(buf, () => {
-      this.unsent -= n;
-      this.signal.wake();
-    });
+    const entry = { n: buf.length };
+    this.pending.add(entry);
+    this.sock.write(buf, () => this.sent(entry));
+    // Written to the kernel at once: the room is back now, not a turn later.
+    if (this.sock.writableLength === 0) for (const e of this.pending) this.sent(e);
+  }
+  sent(entry) {
+    if (!this.pending.delete(entry)) return;
+    this.unsent -= entry.n;
+    this.signal.wake();
   }
   flush() {}
   flushed() {
@@ -167,7 +173,7 @@ export class FutureByteStream {
     this.signal.wake();
   }
   subscribe() {
-    return new Pollable(this.signal, () => this.result !== null || this.taken);
+    return new Pollable(this.signal, () => this.result !== null || this.taken || this.dropped);
   }
   get() {
     if (this.taken) return { tag: "err", val: E.closed() };
@@ -177,6 +183,7 @@ export class FutureByteStream {
   }
   [Symbol.dispose]() {
     this.dropped = true;
+    this.signal.wake();
     if (!this.result && this.sock) this.sock.destroy();
     else if (!this.taken && this.result?.tag === "ok") this.result.val.forEach((r) => r[Symbol.dispose]());
   }

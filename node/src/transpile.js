@@ -18,11 +18,12 @@ const ASYNC_IMPORTS = [
   "wasi:io/streams@0.2.12#[method]output-stream.blocking-splice",
   "tether:streams/websocket@0.1.0#listen",
   "tether:streams/tcp@0.1.0#listen",
+  "tether:streams/readiness@0.1.0#[method]readiness-set.take-ready",
 ];
 const ASYNC_EXPORTS = ["wasi:cli/run@0.2.0#run"];
 
 /** Bumped when the options above change, so old cache entries are not reused. */
-const CACHE_VERSION = "1";
+const CACHE_VERSION = "2";
 
 /**
  * Returns the directory holding `guest.js` and its core modules for

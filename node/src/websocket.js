@@ -43,6 +43,9 @@ class Conn {
     this.inboundBytes = 0;
     this.outboundBytes = 0;
     this.paused = false;
+    this.blockedLen = 0;
+    this.dropped = false;
+    this.unsent = new Set();
     this.closing = false;
     this.ended = false;
     this.closeInfo = null;
@@ -53,6 +56,21 @@ class Conn {
     ws.on("message", (data, isBinary) => this.onMessage(data, isBinary));
     ws.on("close", (code, reason) => this.onClose(code, reason));
     ws.on("error", (err) => this.onError(err));
+    // Pings are answered by the host, the most recent one only when they
+    // arrive in one read (RFC 6455 section 5.5.3
+    // allows it; the Rust host's tungstenite does the same).
+    this.pong = null;
+    ws.on("ping", (data) => {
+      const first = this.pong === null;
+      this.pong = data;
+      if (first) {
+        queueMicrotask(() => {
+          const payload = this.pong;
+          this.pong = null;
+          if (ws.readyState === WebSocket.OPEN) ws.pong(payload, ws._isServer ? false : true, () => {});
+        });
+      }
+    });
   }
 
   onMessage(data, isBinary) {
@@ -73,13 +91,19 @@ class Conn {
     // (1002), bad UTF-8 (1007) and oversized messages (1009).
     const code = statusCode(err);
     if (code && !this.closeInfo) this.closeInfo = { code, reason: "" };
-    if (!this.failure) this.failure = E.protocolError(err.message);
+    if (!this.failure) {
+      this.failure = code === 1009 ? E.messageTooLarge(this.host.limits.maxMessageBytes) : E.protocolError(err.message);
+    }
     this.signal.wake();
   }
 
   onClose(code, reason) {
     this.ended = true;
     if (!this.closeInfo) this.closeInfo = { code, reason: reason.toString("utf8") };
+    // No close frame: the connection was reset or cut (RFC 6455 7.1.5).
+    if (this.closeInfo.code === 1006 && !this.failure && !this.closing) {
+      this.failure = E.protocolError("the connection ended without a close frame (reset or cut)");
+    }
     this.releaseOutbound();
     if (this.linger) clearTimeout(this.linger);
     this.host.conns.delete(this);
@@ -104,30 +128,55 @@ class Conn {
   }
 
   receivable() {
-    return this.inbound.length > 0 || this.ended;
+    return this.inbound.length > 0 || this.ended || this.dropped;
   }
 
+  /** Ready when `send` would not return would-block for the message that last got it. */
   sendable() {
-    return this.ended || this.closing || this.outboundBytes < this.host.limits.outboundBufferBytes;
+    return (
+      this.outboundBytes === 0 ||
+      this.outboundBytes + this.blockedLen <= this.host.limits.outboundBufferBytes ||
+      this.ended ||
+      this.closing ||
+      this.dropped
+    );
   }
 
   /** Queues one message or throws an error-code. */
   queue(message) {
-    if (this.closing || this.ended || this.ws.readyState !== WebSocket.OPEN) throw E.closed();
+    if (this.closing || this.ended || this.ws.readyState !== WebSocket.OPEN) {
+      if (process.env.TETHER_NODE_DEBUG) console.error("closed:", this.closing, this.ended, this.ws.readyState, this.closeInfo, this.failure);
+      throw E.closed();
+    }
     const data = message.tag === "text" ? message.val : Buffer.from(message.val.buffer, message.val.byteOffset, message.val.length);
     const n = size(data);
     const limits = this.host.limits;
     if (n > limits.maxMessageBytes) throw E.messageTooLarge(limits.maxMessageBytes);
     const cost = n + QUEUED_MESSAGE_OVERHEAD;
-    if (this.outboundBytes > 0 && this.outboundBytes + cost > limits.outboundBufferBytes) throw E.wouldBlock();
+    if (this.outboundBytes > 0 && this.outboundBytes + cost > limits.outboundBufferBytes) {
+      this.blockedLen = cost;
+      throw E.wouldBlock();
+    }
+    this.blockedLen = 0;
     this.outboundBytes += cost;
     this.host.stats.add(cost);
-    this.ws.send(data, { binary: message.tag === "binary" }, () => {
-      if (this.ended) return;
-      this.outboundBytes -= cost;
-      this.host.stats.sub(cost);
-      this.signal.wake();
-    });
+    const entry = { cost };
+    this.unsent.add(entry);
+    this.ws.send(data, { binary: message.tag === "binary" }, () => this.sent(entry));
+    // Node writes to the kernel at once when it can; its callbacks come a
+    // turn later. Nothing left in node's buffer means every queued message
+    // is in the kernel: free the room now, as the Rust host's writer does.
+    if (this.ws._socket && this.ws._socket.writableLength === 0) {
+      for (const e of this.unsent) this.sent(e);
+    }
+  }
+
+  /** A queued message reached the kernel: its bytes leave the outbound buffer. */
+  sent(entry) {
+    if (!this.unsent.delete(entry) || this.ended) return;
+    this.outboundBytes -= entry.cost;
+    this.host.stats.sub(entry.cost);
+    this.signal.wake();
   }
 
   /** Starts the closing handshake after the queue, torn down after the linger time. */
@@ -207,7 +256,9 @@ export class MessageStream {
   }
   [Symbol.dispose]() {
     this.dropped = true;
+    this.conn.dropped = true;
     this.conn.startClose(1000, "");
+    this.conn.signal.wake();
   }
 }
 
@@ -226,7 +277,7 @@ export class FutureMessageStream {
     this.signal.wake();
   }
   subscribe() {
-    return new Pollable(this.signal, () => this.result !== null || this.taken);
+    return new Pollable(this.signal, () => this.result !== null || this.taken || this.dropped);
   }
   get() {
     if (this.taken) return { tag: "err", val: E.closed() };
@@ -252,6 +303,7 @@ function parseUrl(text) {
   }
   if (u.protocol !== "ws:" && u.protocol !== "wss:") throw E.invalidUrl(`${text}: scheme must be ws or wss`);
   if (!u.hostname) throw E.invalidUrl(`${text}: no host`);
+  if (text.includes("#")) throw E.invalidUrl(`${text}: a WebSocket URL has no fragment (RFC 6455 section 3)`);
   const port = u.port ? Number(u.port) : u.protocol === "wss:" ? 443 : 80;
   return { u, port, tls: u.protocol === "wss:" };
 }
@@ -293,6 +345,7 @@ function connect(host, url, options) {
     const elapsed = Date.now() - started;
     const wsOpts = {
       perMessageDeflate: false,
+      autoPong: false,
       maxPayload: host.limits.maxMessageBytes,
       handshakeTimeout: Math.max(1, host.limits.connectTimeoutMs - elapsed) + host.limits.handshakeTimeoutMs,
       followRedirects: false,
@@ -322,7 +375,11 @@ function connect(host, url, options) {
       selected = sel ?? null;
     });
     ws.on("unexpected-response", (_req, res) => {
-      fut.settle({ tag: "err", val: E.protocolError(`HTTP status ${res.statusCode} on upgrade (expected 101)`) });
+      const location = res.headers.location ? ` (redirect to ${res.headers.location} not followed)` : "";
+      fut.settle({
+        tag: "err",
+        val: E.protocolError(`server answered HTTP ${res.statusCode} instead of 101 Switching Protocols${location}`),
+      });
       ws.terminate();
     });
     const onSocket = (req) => req.on("socket", (s) => s.setNoDelay(true));
@@ -413,6 +470,7 @@ function listen(host, address, options) {
   const wss = new WebSocketServer({
     noServer: true,
     perMessageDeflate: false,
+    autoPong: false,
     maxPayload: host.limits.maxMessageBytes,
     clientTracking: false,
     handleProtocols: (offered) => supported.find((p) => offered.has(p)) ?? false,

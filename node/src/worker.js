@@ -14,7 +14,12 @@ const beat = new Int32Array(shared);
 const host = new Host({ policy, limits, caFiles, args });
 let memories = [];
 
-/** Wraps a waiting import so the watchdog sees the guest leave and come back. */
+/**
+ * Wraps an import that may suspend the guest (poll, block, take-ready) so
+ * the watchdog sees the guest return to the host and come back. Other
+ * host calls are not counted: a guest that loops on them without ever
+ * waiting is stopped as a runaway (the Rust host counts every call).
+ */
 function watched(fn) {
   return function (...a) {
     Atomics.store(beat, 0, 0);
@@ -37,6 +42,8 @@ async function main() {
   poll.poll = watched(poll.poll);
   const block = poll.Pollable.prototype.block;
   poll.Pollable.prototype.block = watched(block);
+  const sets = Object.getPrototypeOf(imports["tether:streams/readiness"].ReadinessSet.prototype);
+  sets.takeReady = watched(sets.takeReady);
   const { instantiate, getCoreModule } = await loadGuest(dir, limits.maxMemoryBytes);
   const instantiateCore = async (module, imp) => {
     const instance = await WebAssembly.instantiate(module, imp);
