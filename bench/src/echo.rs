@@ -483,7 +483,15 @@ impl Report {
         };
         let mut t = format!(
             "{:<36} {:>11} {:>11} {:>11} {:>11}   {:>7} {:>7} {:>7} {:>7}\n",
-            "", "guest p2", "guest p3", "native", "node-jco", "p2/nat", "p3/nat", "p3/p2", "node/p2"
+            "",
+            "guest p2",
+            "guest p3",
+            "native",
+            "node-jco",
+            "p2/nat",
+            "p3/nat",
+            "p3/p2",
+            "node/p2"
         );
         t += &row(
             &format!("round trip p50 ({} B)", 32),

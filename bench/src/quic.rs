@@ -265,6 +265,49 @@ pub async fn guest_client(
     Ok(run)
 }
 
+/// Runs the `quic-echo` guest as a client on Node.js through jco
+/// (`tether-node run`, see [`crate::node`]), allowed to dial `url`'s
+/// host and port only, and parses its report lines.
+///
+/// Errors: Node is missing (run scripts/setup), or the guest failed
+/// without a report line saying why.
+pub async fn node_client(
+    url: &str,
+    trusted_der: &[u8],
+    options: &Options,
+    handshakes: usize,
+    phases: &[String],
+) -> anyhow::Result<ClientRun> {
+    let target = tether_host::websocket::parse_ws_url(url)
+        .map_err(|e| anyhow::anyhow!("{}", tether_host::bindings::describe(&e)))?;
+    let run = crate::node::NodeRun {
+        allow: vec![format!("{}:{}", target.host, target.port)],
+        ..Default::default()
+    };
+    let args = peer::guest_client_args(url, trusted_der, options, handshakes, phases);
+    let out = run
+        .command(
+            std::path::Path::new(tether_guest_artifacts::QUIC_ECHO_PATH),
+            None,
+            &args[1..],
+        )?
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .output()
+        .await?;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let run = peer::parse_client_output(&stdout);
+    if run.error.is_none() && !out.status.success() {
+        bail!(
+            "the quic-echo client on node failed ({}):\nstdout: {stdout}\nstderr: {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    Ok(run)
+}
+
 /// A guest server listening on a free 127.0.0.1 port, on its own thread
 /// and runtime, serving `max` connections then exiting.
 pub struct GuestServer {

@@ -162,12 +162,7 @@ fn args_for(case: &Case, peer: &Peer) -> Vec<String> {
 }
 
 /// Judges a finished run into its record.
-fn finish(
-    target: Target,
-    case: &Case,
-    t0: Instant,
-    result: Result<RunReport, String>,
-) -> Record {
+fn finish(target: Target, case: &Case, t0: Instant, result: Result<RunReport, String>) -> Record {
     let duration_ms = t0.elapsed().as_secs_f64() * 1000.0;
     let (passed, message) = match result {
         Ok(report) => judge(case, &report),
@@ -220,7 +215,10 @@ async fn run_node(
     .limits(&config.limits);
     let dir = crate::matrix::results_dir().join("node");
     std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-    let report_file = dir.join(format!("{}.json", args.last().map(String::as_str).unwrap_or("run")));
+    let report_file = dir.join(format!(
+        "{}.json",
+        args.last().map(String::as_str).unwrap_or("run")
+    ));
     let _ = std::fs::remove_file(&report_file);
     let mut cmd = run
         .command(

@@ -28,6 +28,7 @@ options (as \`tether run\`):
   --max-batch-messages N, --readiness-set-entries N, --max-handshakes-per-listener N
   --connect-timeout-ms N, --handshake-timeout-ms N, --linger-timeout-ms N
   --max-run-ms N                             runaway limit (default 10000)
+  --max-aead-keys N                          live tether:streams/aead packet keys (default 4096)
   --cache DIR                                transpile cache (default target/node-cache)
   --report FILE                              write {"outcome", "error", "peak_buffered"} as JSON`;
 
@@ -42,6 +43,7 @@ const NUMERIC = {
   "--handshake-timeout-ms": "handshakeTimeoutMs",
   "--linger-timeout-ms": "lingerTimeoutMs",
   "--max-run-ms": "maxRunWithoutYieldMs",
+  "--max-aead-keys": "maxAeadKeys",
 };
 
 function fail(msg) {

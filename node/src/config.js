@@ -18,6 +18,7 @@ export const DEFAULT_LIMITS = Object.freeze({
   lingerTimeoutMs: 5_000,
   maxMemoryBytes: 256 << 20,
   maxRunWithoutYieldMs: 10_000,
+  maxAeadKeys: 4096,
 });
 
 /** Each queued WebSocket message counts its payload plus this (host/src/websocket.rs QUEUED_MESSAGE_OVERHEAD). */

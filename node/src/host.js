@@ -10,6 +10,7 @@ import { ioImports, Signal } from "./io.js";
 import { websocketImports } from "./websocket.js";
 import { tcpImports } from "./tcp.js";
 import { readinessImports } from "./readiness.js";
+import { aeadImports } from "./aead.js";
 
 /** Thrown by `wasi:cli/exit` to unwind the guest with its status. */
 export class GuestExit extends Error {
@@ -47,6 +48,7 @@ export class Host {
       "tether:streams/websocket": websocketImports(this),
       "tether:streams/tcp": tcpImports(this),
       "tether:streams/readiness": readinessImports(this),
+      "tether:streams/aead": aeadImports(this),
       "wasi:cli/environment": {
         getEnvironment: () => [],
         getArguments: () => args,

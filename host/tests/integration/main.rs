@@ -8,6 +8,7 @@ mod jmux;
 mod limits;
 mod linger;
 mod metrics;
+mod node;
 mod p3_echo;
 mod p3_tcp;
 mod policy;
