@@ -569,26 +569,21 @@ pub async fn node_ping(allow: &str, url: &str, w: &Workload) -> anyhow::Result<S
         ..Default::default()
     };
     let args = ping_args("echo", url, w);
-    let mut cmd = run.command(
-        std::path::Path::new(tether_guest_artifacts::ECHO_PATH),
-        None,
-        &args[1..],
-    )?;
-    let out = cmd
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .output()
+    let out = run
+        .output(
+            std::path::Path::new(tether_guest_artifacts::ECHO_PATH),
+            &args[1..],
+        )
         .await?;
-    let stdout = String::from_utf8_lossy(&out.stdout);
     if !out.status.success() {
         bail!(
-            "echo guest on node failed ({}):\nstdout: {stdout}\nstderr: {}",
+            "echo guest on node failed ({}):\nstdout: {}\nstderr: {}",
             out.status,
-            String::from_utf8_lossy(&out.stderr)
+            out.stdout,
+            out.stderr
         );
     }
-    parse_guest_output(&stdout)
+    parse_guest_output(&out.stdout)
 }
 
 /// Runs the p2 guest, the p3 guest and native `rounds` times each,

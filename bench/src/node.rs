@@ -141,6 +141,39 @@ impl NodeRun {
     }
 }
 
+/// How a guest run under `tether-node` ended: its exit status and what it
+/// printed.
+pub struct NodeOutput {
+    /// The runner's exit status (the guest's, or 1 for a host error).
+    pub status: std::process::ExitStatus,
+    /// The guest's stdout.
+    pub stdout: String,
+    /// The guest's stderr and the runner's error line.
+    pub stderr: String,
+}
+
+impl NodeRun {
+    /// Runs `guest` with `args` (program name excluded) to its end, stdin
+    /// empty, stdout and stderr captured.
+    ///
+    /// Errors: Node is missing, or the process could not be started.
+    pub async fn output(&self, guest: &Path, args: &[String]) -> anyhow::Result<NodeOutput> {
+        let out = self
+            .command(guest, None, args)?
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .output()
+            .await
+            .context("running tether-node")?;
+        Ok(NodeOutput {
+            status: out.status,
+            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        })
+    }
+}
+
 /// What `tether-node run --report FILE` wrote.
 #[derive(Clone, Debug, serde::Deserialize)]
 pub struct NodeReport {

@@ -286,26 +286,21 @@ pub async fn node_client(
     };
     let args = peer::guest_client_args(url, trusted_der, options, handshakes, phases);
     let out = run
-        .command(
+        .output(
             std::path::Path::new(tether_guest_artifacts::QUIC_ECHO_PATH),
-            None,
             &args[1..],
-        )?
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .output()
+        )
         .await?;
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let run = peer::parse_client_output(&stdout);
-    if run.error.is_none() && !out.status.success() {
+    let client = peer::parse_client_output(&out.stdout);
+    if client.error.is_none() && !out.status.success() {
         bail!(
-            "the quic-echo client on node failed ({}):\nstdout: {stdout}\nstderr: {}",
+            "the quic-echo client on node failed ({}):\nstdout: {}\nstderr: {}",
             out.status,
-            String::from_utf8_lossy(&out.stderr)
+            out.stdout,
+            out.stderr
         );
     }
-    Ok(run)
+    Ok(client)
 }
 
 /// A guest server listening on a free 127.0.0.1 port, on its own thread

@@ -66,7 +66,7 @@ export class ReadinessSet {
   }
   registerListener(listener, interest, key) {
     if (interest !== "accept") throw E.invalidArgument(`a listener takes accept, not ${interest}`);
-    this.add(listener, listener.signal, () => listener.queue.length > 0 || listener.stopped, key, interest);
+    this.add(listener, listener.signal, () => listener.acceptable(), key, interest);
   }
   registerByteStream(target, interest, key) {
     const s = target.s;
@@ -76,7 +76,7 @@ export class ReadinessSet {
   }
   registerByteListener(listener, interest, key) {
     if (interest !== "accept") throw E.invalidArgument(`a byte listener takes accept, not ${interest}`);
-    this.add(listener, listener.signal, () => listener.queue.length > 0 || listener.stopped, key, interest);
+    this.add(listener, listener.signal, () => listener.acceptable(), key, interest);
   }
   deregister(key, interest) {
     return this.remove(keyOf(key, interest));

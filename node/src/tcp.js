@@ -5,7 +5,8 @@
 // handed to the kernel yet). TCP_NODELAY on every socket.
 
 import net from "node:net";
-import { Signal, Pollable, InputStream, OutputStream, streamClosed, streamFailed } from "./io.js";
+import { Signal, InputStream, OutputStream, streamClosed, streamFailed } from "./io.js";
+import { PendingConnect, AcceptQueue } from "./ready.js";
 import { E, fromNodeError } from "./config.js";
 import { splitHostPort, checkDestination, resolveAllowed, sockAddr } from "./net.js";
 import { parseBind } from "./websocket.js";
@@ -159,33 +160,12 @@ export class ByteStream {
 const triple = (s) => [new ByteStream(s), new InputStream(s), new OutputStream(s)];
 
 /** `future-byte-stream` resource. */
-export class FutureByteStream {
-  constructor() {
-    this.signal = new Signal();
-    this.result = null;
-    this.taken = false;
-    this.sock = null;
-    this.dropped = false;
+export class FutureByteStream extends PendingConnect {
+  cancel() {
+    this.sock?.destroy();
   }
-  settle(r) {
-    if (this.result) return;
-    this.result = r;
-    this.signal.wake();
-  }
-  subscribe() {
-    return new Pollable(this.signal, () => this.result !== null || this.taken || this.dropped);
-  }
-  get() {
-    if (this.taken) return { tag: "err", val: E.closed() };
-    if (!this.result) return undefined;
-    this.taken = true;
-    return this.result;
-  }
-  [Symbol.dispose]() {
-    this.dropped = true;
-    this.signal.wake();
-    if (!this.result && this.sock) this.sock.destroy();
-    else if (!this.taken && this.result?.tag === "ok") this.result.val.forEach((r) => r[Symbol.dispose]());
+  discard(streams) {
+    streams.forEach((r) => r[Symbol.dispose]());
   }
 }
 
@@ -221,34 +201,13 @@ function connect(host, address) {
   return fut;
 }
 
-/** `byte-listener` resource. */
-export class ByteListener {
-  constructor(host, server) {
-    this.host = host;
-    this.server = server;
-    this.signal = new Signal();
-    this.queue = [];
-    this.stopped = false;
+/** `byte-listener` resource: accepted connections wait in its queue. */
+export class ByteListener extends AcceptQueue {
+  wrap(sock) {
+    return triple(sock);
   }
-  localAddress() {
-    const a = this.server.address();
-    return sockAddr(a.address, a.port);
-  }
-  accept() {
-    if (this.queue.length > 0) return triple(this.queue.shift());
-    if (this.stopped) throw E.closed();
-    return undefined;
-  }
-  subscribe() {
-    return new Pollable(this.signal, () => this.queue.length > 0 || this.stopped);
-  }
-  [Symbol.dispose]() {
-    this.dropped = true;
-    this.stopped = true;
-    this.server.close();
-    for (const s of this.queue) s.sock.destroy();
-    this.queue = [];
-    this.signal.wake();
+  closeQueued(sock) {
+    sock.sock.destroy();
   }
 }
 
@@ -263,8 +222,7 @@ function listen(host, address) {
   const listener = new ByteListener(host, server);
   server.on("connection", (sock) => {
     if (listener.stopped) return sock.destroy();
-    listener.queue.push(new Sock(host, sock));
-    listener.signal.wake();
+    listener.push(new Sock(host, sock));
   });
   return new Promise((resolve, reject) => {
     server.once("error", (e) => reject(E.other(e.message)));

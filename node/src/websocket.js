@@ -8,6 +8,7 @@ import http from "node:http";
 import { readFileSync } from "node:fs";
 import WebSocket, { WebSocketServer } from "ws";
 import { Signal, Pollable } from "./io.js";
+import { PendingConnect, AcceptQueue } from "./ready.js";
 import { E, QUEUED_MESSAGE_OVERHEAD, fromNodeError } from "./config.js";
 import { checkDestination, resolveAllowed, pinnedLookup, sockAddr } from "./net.js";
 import { parseHost } from "./policy.js";
@@ -263,33 +264,12 @@ export class MessageStream {
 }
 
 /** A connect in progress (`future-message-stream`). */
-export class FutureMessageStream {
-  constructor() {
-    this.signal = new Signal();
-    this.result = null;
-    this.taken = false;
-    this.ws = null;
-    this.dropped = false;
+export class FutureMessageStream extends PendingConnect {
+  cancel() {
+    this.ws?.terminate();
   }
-  settle(result) {
-    if (this.result) return;
-    this.result = result;
-    this.signal.wake();
-  }
-  subscribe() {
-    return new Pollable(this.signal, () => this.result !== null || this.taken || this.dropped);
-  }
-  get() {
-    if (this.taken) return { tag: "err", val: E.closed() };
-    if (!this.result) return undefined;
-    this.taken = true;
-    return this.result;
-  }
-  [Symbol.dispose]() {
-    this.dropped = true;
-    if (!this.taken && this.result?.tag === "ok") this.result.val[Symbol.dispose]();
-    else if (!this.result && this.ws) this.ws.terminate();
-    this.signal.wake();
+  discard(stream) {
+    stream[Symbol.dispose]();
   }
 }
 
@@ -408,36 +388,16 @@ function connect(host, url, options) {
   return fut;
 }
 
-/** `listener` resource. */
-export class Listener {
-  constructor(host, server, wss) {
-    this.host = host;
-    this.server = server;
-    this.wss = wss;
-    this.signal = new Signal();
-    this.queue = [];
-    this.stopped = false;
+/** `listener` resource: upgraded streams wait in its queue. */
+export class Listener extends AcceptQueue {
+  wrap(conn) {
+    return new MessageStream(conn);
   }
-  localAddress() {
-    const a = this.server.address();
-    return sockAddr(a.address, a.port);
+  closeQueued(conn) {
+    conn.ws.terminate();
   }
-  accept() {
-    if (this.queue.length > 0) return new MessageStream(this.queue.shift());
-    if (this.stopped) throw E.closed();
-    return undefined;
-  }
-  subscribe() {
-    return new Pollable(this.signal, () => this.queue.length > 0 || this.stopped);
-  }
-  [Symbol.dispose]() {
-    this.dropped = true;
-    this.stopped = true;
-    this.server.close();
-    for (const c of this.queue) c.ws.terminate();
-    this.queue = [];
+  stopping() {
     for (const s of this.sockets) s.destroy();
-    this.signal.wake();
   }
 }
 
@@ -475,7 +435,7 @@ function listen(host, address, options) {
     clientTracking: false,
     handleProtocols: (offered) => supported.find((p) => offered.has(p)) ?? false,
   });
-  const listener = new Listener(host, server, wss);
+  const listener = new Listener(host, server);
   listener.sockets = new Set();
   let handshaking = 0;
   server.on("connection", (sock) => {
@@ -514,8 +474,7 @@ function listen(host, address, options) {
         peer: sockAddr(sock.remoteAddress, sock.remotePort),
         subprotocol: ws.protocol || null,
       });
-      listener.queue.push(conn);
-      listener.signal.wake();
+      listener.push(conn);
     });
   });
   return new Promise((resolve, reject) => {
