@@ -164,11 +164,28 @@ class Conn {
     const entry = { cost };
     this.unsent.add(entry);
     this.ws.send(data, { binary: message.tag === "binary" }, () => this.sent(entry));
-    // Node writes to the kernel at once when it can; its callbacks come a
-    // turn later. Nothing left in node's buffer means every queued message
-    // is in the kernel: free the room now, as the Rust host's writer does.
+  }
+
+  /**
+   * Node writes to the kernel at once when it can; its callbacks come a
+   * turn later. Nothing left in node's buffer means every queued message
+   * is in the kernel: free the room now, as the Rust host's writer does.
+   */
+  settleSent() {
     if (this.ws._socket && this.ws._socket.writableLength === 0) {
       for (const e of this.unsent) this.sent(e);
+    }
+  }
+
+  /** Runs `f` with the socket corked: the messages it queues leave in one write. */
+  burst(f) {
+    const sock = this.ws._socket;
+    sock?.cork();
+    try {
+      return f();
+    } finally {
+      sock?.uncork();
+      this.settleSent();
     }
   }
 
@@ -197,6 +214,7 @@ export class MessageStream {
   }
   send(message) {
     this.conn.queue(message);
+    this.conn.settleSent();
   }
   receive() {
     const c = this.conn;
@@ -207,16 +225,18 @@ export class MessageStream {
   sendMany(messages) {
     if (messages.length === 0) return 0;
     const max = Math.min(messages.length, this.conn.host.limits.maxBatchMessages);
-    let n = 0;
-    for (; n < max; n++) {
-      try {
-        this.conn.queue(messages[n]);
-      } catch (e) {
-        if (n === 0) throw e;
-        break;
+    return this.conn.burst(() => {
+      let n = 0;
+      for (; n < max; n++) {
+        try {
+          this.conn.queue(messages[n]);
+        } catch (e) {
+          if (n === 0) throw e;
+          break;
+        }
       }
-    }
-    return n;
+      return n;
+    });
   }
   receiveMany(maxMessages, maxBytes) {
     if (maxMessages === 0) throw E.invalidArgument("max-messages must be at least 1");
