@@ -23,7 +23,7 @@ const ASYNC_IMPORTS = [
 const ASYNC_EXPORTS = ["wasi:cli/run@0.2.0#run"];
 
 /** Bumped when the options above change, so old cache entries are not reused. */
-const CACHE_VERSION = "2";
+const CACHE_VERSION = "3";
 
 /**
  * Returns the directory holding `guest.js` and its core modules for
@@ -46,6 +46,23 @@ export async function transpileCached(wasm, cacheDir) {
     noTypescript: true,
     quiet: true,
   });
+  // jco's debug logger reads process.env.JCO_DEBUG on every call, several
+  // times per host call (an environment lookup each): decide once, at
+  // load. Measured on the echo guest: round trip p50 97-145 us instead of
+  // 117-219 us, interleaved runs on a loaded machine.
+  const js = Buffer.from(files["guest.js"]).toString("utf8");
+  const slow = `  const _debugLog = (...args) => {
+    if (!globalThis?.process?.env?.JCO_DEBUG) { return; }`;
+  if (js.includes(slow)) {
+    files["guest.js"] = Buffer.from(
+      js.replace(
+        slow,
+        `  const _debugLog = globalThis?.process?.env?.JCO_DEBUG ? (...args) => console.debug(...args) : () => {};
+  const _debugLogUnused = (...args) => {
+    if (!globalThis?.process?.env?.JCO_DEBUG) { return; }`,
+      ),
+    );
+  }
   const tmp = `${dir}.tmp${process.pid}`;
   await rm(tmp, { recursive: true, force: true });
   await mkdir(tmp, { recursive: true });
