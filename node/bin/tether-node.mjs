@@ -158,7 +158,6 @@ function watch(worker, beat, maxRunMs) {
     let runningSince = null;
     const step = Math.max(5, Math.floor(maxRunMs / 4));
     const timer = setInterval(() => {
-      if (process.env.TETHER_NODE_DEBUG) process.stderr.write(`watch ${Atomics.load(beat, 0)} ${Atomics.load(beat, 1)}\n`);
       const running = Atomics.load(beat, 0) === 1;
       const seq = Atomics.load(beat, 1);
       const now = Date.now();

@@ -145,10 +145,7 @@ class Conn {
 
   /** Queues one message or throws an error-code. */
   queue(message) {
-    if (this.closing || this.ended || this.ws.readyState !== WebSocket.OPEN) {
-      if (process.env.TETHER_NODE_DEBUG) console.error("closed:", this.closing, this.ended, this.ws.readyState, this.closeInfo, this.failure);
-      throw E.closed();
-    }
+    if (this.closing || this.ended || this.ws.readyState !== WebSocket.OPEN) throw E.closed();
     const data = message.tag === "text" ? message.val : Buffer.from(message.val.buffer, message.val.byteOffset, message.val.length);
     const n = size(data);
     const limits = this.host.limits;
