@@ -368,12 +368,36 @@ pub struct Report {
     pub p3_vs_p2_mb: f64,
     /// p3 guest round trips as `[percentile, us]` pairs.
     pub p3_rtt_us_cdf: Vec<[f64; 2]>,
+    /// The p2 guest on Node.js 24 through jco (`tether-node`, JSPI):
+    /// round trip, median, us.
+    pub node_rtt_us_p50: f64,
+    /// Node: round trip, 99th percentile, us.
+    pub node_rtt_us_p99: f64,
+    /// `node_rtt_us_p50 / rtt_us_p50` (Node against wasmtime; target at
+    /// most 2).
+    pub node_vs_p2_p50: f64,
+    /// Node: two back-to-back sends then both echoes, median, us.
+    pub node_nagle_us_p50: f64,
+    /// Node: the same, 99th percentile, us.
+    pub node_nagle_us_p99: f64,
+    /// Node: small pipelined messages echoed per second.
+    pub node_msgs_per_s: f64,
+    /// `node_msgs_per_s / msgs_per_s` (Node against wasmtime; target at
+    /// least 0.3).
+    pub node_vs_p2_msgs: f64,
+    /// Node: large-message echo throughput, MB/s (10^6 bytes).
+    pub node_mb_per_s: f64,
+    /// Node round trips as `[percentile, us]` pairs.
+    pub node_rtt_us_cdf: Vec<[f64; 2]>,
 }
 
 impl Report {
-    /// Computes the figures from the three sides' samples (p2 guest, p3
-    /// guest, native).
-    pub fn new(guest: &Samples, p3: &Samples, native: &Samples) -> Report {
+    /// Computes the figures from the four sides' samples (p2 guest, p3
+    /// guest, native, the p2 guest on Node).
+    pub fn new(guest: &Samples, p3: &Samples, native: &Samples, node: &Samples) -> Report {
+        let (node_msgs, _) = rate(node.pipeline);
+        let (_, node_mb) = rate(node.bulk);
+        let node_rtt_us_p50 = percentile_us(&node.rtt_ns, 50.0);
         let (g_msgs, _) = rate(guest.pipeline);
         let (p3_msgs, _) = rate(p3.pipeline);
         let (n_msgs, _) = rate(native.pipeline);
@@ -421,23 +445,53 @@ impl Report {
             p3_mb_ratio: p3_mb / n_mb,
             p3_vs_p2_mb: p3_mb / g_mb,
             p3_rtt_us_cdf: cdf_us(&p3.rtt_ns),
+            node_rtt_us_p50,
+            node_rtt_us_p99: percentile_us(&node.rtt_ns, 99.0),
+            node_vs_p2_p50: node_rtt_us_p50 / rtt_us_p50,
+            node_nagle_us_p50: percentile_us(&node.nagle_ns, 50.0),
+            node_nagle_us_p99: percentile_us(&node.nagle_ns, 99.0),
+            node_msgs_per_s: node_msgs,
+            node_vs_p2_msgs: node_msgs / g_msgs,
+            node_mb_per_s: node_mb,
+            node_rtt_us_cdf: cdf_us(&node.rtt_ns),
         }
     }
 
-    /// The human-readable table: the p2 guest, the p3 guest and native,
-    /// with each guest's ratio to native and p3's to p2.
+    /// The human-readable table: the p2 guest, the p3 guest, native and
+    /// the p2 guest on Node, with each guest's ratio to native, p3's to
+    /// p2 and Node's to p2 (wasmtime).
     pub fn table(&self) -> String {
+        let node = [
+            self.node_rtt_us_p50,
+            self.node_rtt_us_p99,
+            self.node_nagle_us_p50,
+            self.node_nagle_us_p99,
+            self.node_msgs_per_s,
+            self.node_mb_per_s,
+        ];
+        let row_index = std::cell::Cell::new(0);
         let row = |name: &str, g: f64, p3: f64, n: f64, unit: &str| {
+            let nd = node[row_index.get()];
+            row_index.set(row_index.get() + 1);
             format!(
-                "{name:<36} {g:>11.1} {p3:>11.1} {n:>11.1}   {:>6.2}x {:>6.2}x {:>6.2}x  {unit}\n",
+                "{name:<36} {g:>11.1} {p3:>11.1} {n:>11.1} {nd:>11.1}   {:>6.2}x {:>6.2}x {:>6.2}x {:>6.2}x  {unit}\n",
                 g / n,
                 p3 / n,
-                p3 / g
+                p3 / g,
+                nd / g
             )
         };
         let mut t = format!(
-            "{:<36} {:>11} {:>11} {:>11}   {:>7} {:>7} {:>7}\n",
-            "", "guest p2", "guest p3", "native", "p2/nat", "p3/nat", "p3/p2"
+            "{:<36} {:>11} {:>11} {:>11} {:>11}   {:>7} {:>7} {:>7} {:>7}\n",
+            "",
+            "guest p2",
+            "guest p3",
+            "native",
+            "node-jco",
+            "p2/nat",
+            "p3/nat",
+            "p3/p2",
+            "node/p2"
         );
         t += &row(
             &format!("round trip p50 ({} B)", 32),
@@ -495,11 +549,42 @@ pub struct Guests<'a> {
         &'a tether_host::p3::Runner,
         &'a wasmtime::component::Component,
     ),
+    /// The `--allow` rule for the `echo` guest on Node (the URL's host
+    /// and port).
+    pub node_allow: String,
 }
 
 /// Steps of `progress` per round of [`compare`]: p2 guest, p3 guest,
-/// native.
-pub const STEPS_PER_ROUND: u64 = 3;
+/// native, the p2 guest on Node.
+pub const STEPS_PER_ROUND: u64 = 4;
+
+/// Runs the phases with the `echo` guest on Node.js through jco
+/// (`tether-node run`, see [`crate::node`]), allowed to dial `allow` only.
+///
+/// Errors: Node is missing (run scripts/setup), the guest failed, or its
+/// output is incomplete.
+pub async fn node_ping(allow: &str, url: &str, w: &Workload) -> anyhow::Result<Samples> {
+    let run = crate::node::NodeRun {
+        allow: vec![allow.to_string()],
+        ..Default::default()
+    };
+    let args = ping_args("echo", url, w);
+    let out = run
+        .output(
+            std::path::Path::new(tether_guest_artifacts::ECHO_PATH),
+            &args[1..],
+        )
+        .await?;
+    if !out.status.success() {
+        bail!(
+            "echo guest on node failed ({}):\nstdout: {}\nstderr: {}",
+            out.status,
+            out.stdout,
+            out.stderr
+        );
+    }
+    parse_guest_output(&out.stdout)
+}
 
 /// Runs the p2 guest, the p3 guest and native `rounds` times each,
 /// alternating, against `url`, and pools the samples. Each side of each
@@ -514,6 +599,7 @@ pub async fn compare(
     let mut guest = Samples::default();
     let mut p3 = Samples::default();
     let mut native = Samples::default();
+    let mut node = Samples::default();
     let rounds = rounds.max(1);
     for round in 1..=rounds {
         progress.phase(&format!("round {round}/{rounds}: guest p2"));
@@ -527,6 +613,9 @@ pub async fn compare(
         progress.phase(&format!("round {round}/{rounds}: native"));
         native.merge(native_ping(url, w).await?);
         progress.inc();
+        progress.phase(&format!("round {round}/{rounds}: guest p2 on node-jco"));
+        node.merge(node_ping(&guests.node_allow, url, w).await?);
+        progress.inc();
     }
-    Ok(Report::new(&guest, &p3, &native))
+    Ok(Report::new(&guest, &p3, &native, &node))
 }

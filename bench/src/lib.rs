@@ -36,6 +36,7 @@ pub mod latency;
 pub mod load;
 pub mod load_jmux;
 pub mod local_server;
+pub mod node;
 pub mod progress;
 pub mod quic;
 pub mod quic_peer;

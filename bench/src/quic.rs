@@ -330,6 +330,44 @@ pub async fn guest_client(
     Ok(run)
 }
 
+/// Runs the `quic-echo` guest as a client on Node.js through jco
+/// (`tether-node run`, see [`crate::node`]), allowed to dial `url`'s
+/// host and port only, and parses its report lines.
+///
+/// Errors: Node is missing (run scripts/setup), or the guest failed
+/// without a report line saying why.
+pub async fn node_client(
+    url: &str,
+    trusted_der: &[u8],
+    options: &Options,
+    handshakes: usize,
+    phases: &[String],
+) -> anyhow::Result<ClientRun> {
+    let target = tether_host::websocket::parse_ws_url(url)
+        .map_err(|e| anyhow::anyhow!("{}", tether_host::bindings::describe(&e)))?;
+    let run = crate::node::NodeRun {
+        allow: vec![format!("{}:{}", target.host, target.port)],
+        ..Default::default()
+    };
+    let args = peer::guest_client_args(url, trusted_der, options, handshakes, phases);
+    let out = run
+        .output(
+            std::path::Path::new(tether_guest_artifacts::QUIC_ECHO_PATH),
+            &args[1..],
+        )
+        .await?;
+    let client = peer::parse_client_output(&out.stdout);
+    if client.error.is_none() && !out.status.success() {
+        bail!(
+            "the quic-echo client on node failed ({}):\nstdout: {}\nstderr: {}",
+            out.status,
+            out.stdout,
+            out.stderr
+        );
+    }
+    Ok(client)
+}
+
 /// A guest server listening on a free 127.0.0.1 port, on its own thread
 /// and runtime, serving `max` connections then exiting.
 pub struct GuestServer {

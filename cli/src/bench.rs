@@ -612,6 +612,7 @@ pub async fn compare(
     } else {
         format!("{}:{}", target.host, target.port).parse()?
     };
+    let node_allow = rule.to_string();
     let config = Config {
         policy: Policy {
             allow: vec![rule],
@@ -626,6 +627,7 @@ pub async fn compare(
     let guests = echo::Guests {
         p2: (&runner, &component),
         p3: (&p3, &p3_component),
+        node_allow,
     };
     echo::compare(&guests, url, workload, rounds, progress).await
 }

@@ -2,6 +2,7 @@
 //! target, and turns each run into a [`Record`]. A trapping, hanging or
 //! panicking run is a failed case, never a crashed driver.
 
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
@@ -22,6 +23,10 @@ pub enum Target {
     /// The suite built against the component-model-async interface
     /// (`wit/p3`), hosted by `tether_host::p3`.
     P3,
+    /// The same p2 suite guest on Node.js 24 through jco (JSPI), hosted by
+    /// the JS implementation of `tether:streams` in `node/`, one child
+    /// process per case (`node/bin/tether-node.mjs`).
+    NodeJco,
 }
 
 /// Every target, in matrix column order.
@@ -30,6 +35,7 @@ pub const TARGETS: &[Target] = &[
     Target::Engine(EngineKind::Winch),
     Target::Engine(EngineKind::Pooling),
     Target::P3,
+    Target::NodeJco,
 ];
 
 impl Target {
@@ -38,6 +44,7 @@ impl Target {
         match self {
             Target::Engine(kind) => kind.name(),
             Target::P3 => "wasmtime-p3",
+            Target::NodeJco => "node-jco",
         }
     }
 
@@ -113,18 +120,22 @@ pub struct RunReport {
 pub async fn run_case(target: Target, case: &Case, peer: &Peer) -> Record {
     let t0 = Instant::now();
     let config = host_config(peer, case.host);
-    let args = vec![
-        "conformance-suite".to_string(),
-        "--peer".to_string(),
-        peer.guest_arg(),
-        case.name.to_string(),
-    ];
+    if target == Target::NodeJco {
+        return finish(
+            target,
+            case,
+            t0,
+            run_node(config, &args_for(case, peer), case.deadline).await,
+        );
+    }
+    let args = args_for(case, peer);
     let local = tokio::task::LocalSet::new();
     let run = local.run_until(async move {
         let task = tokio::task::spawn_local(async move {
             match target {
                 Target::Engine(kind) => run_engine(kind, config, args).await,
                 Target::P3 => run_p3(config, args).await,
+                Target::NodeJco => unreachable!("node runs as a child process"),
             }
         });
         let abort = task.abort_handle();
@@ -137,7 +148,21 @@ pub async fn run_case(target: Target, case: &Case, peer: &Peer) -> Record {
             }
         }
     });
-    let result = run.await;
+    finish(target, case, t0, run.await)
+}
+
+/// The suite guest's arguments for `case`.
+fn args_for(case: &Case, peer: &Peer) -> Vec<String> {
+    vec![
+        "conformance-suite".to_string(),
+        "--peer".to_string(),
+        peer.guest_arg(),
+        case.name.to_string(),
+    ]
+}
+
+/// Judges a finished run into its record.
+fn finish(target: Target, case: &Case, t0: Instant, result: Result<RunReport, String>) -> Record {
     let duration_ms = t0.elapsed().as_secs_f64() * 1000.0;
     let (passed, message) = match result {
         Ok(report) => judge(case, &report),
@@ -167,6 +192,75 @@ async fn run_engine(
     Ok(RunReport {
         outcome,
         peak_buffered: runner.host().stats.peak_buffered_bytes(),
+    })
+}
+
+/// Runs the suite guest under `tether-node` with `config`'s policy, trust
+/// and limits as flags, killing it at `deadline`; the runner's report file
+/// gives the outcome and the peak of buffered bytes.
+async fn run_node(
+    config: Config,
+    args: &[String],
+    deadline: Duration,
+) -> Result<RunReport, String> {
+    use tether_bench::node::{NodeRun, read_report};
+    let text = |rules: &[tether_host::policy::Rule]| rules.iter().map(|r| r.to_string()).collect();
+    let run = NodeRun {
+        allow: text(&config.policy.allow),
+        deny: text(&config.policy.deny),
+        listen: text(&config.policy.listen),
+        ca_files: config.tls.extra_ca_files.clone(),
+        flags: Vec::new(),
+    }
+    .limits(&config.limits);
+    let dir = crate::matrix::results_dir().join("node");
+    std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let report_file = dir.join(format!(
+        "{}.json",
+        args.last().map(String::as_str).unwrap_or("run")
+    ));
+    let _ = std::fs::remove_file(&report_file);
+    let mut cmd = run
+        .command(
+            Path::new(tether_guest_artifacts::CONFORMANCE_SUITE_PATH),
+            Some(&report_file),
+            &args[1..],
+        )
+        .map_err(|e| format!("{e:#}"))?;
+    cmd.stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let t0 = Instant::now();
+    let child = cmd.spawn().map_err(|e| format!("spawning node: {e}"))?;
+    let out = match tokio::time::timeout(deadline, child.wait_with_output()).await {
+        Ok(Ok(out)) => out,
+        Ok(Err(e)) => return Err(format!("waiting for node: {e}")),
+        Err(_) => return Err(format!("no result within {deadline:?}")),
+    };
+    let report = read_report(&report_file).map_err(|e| {
+        format!(
+            "{e:#}; exit {:?}; stderr: {}",
+            out.status.code(),
+            tail(&out.stderr, 300)
+        )
+    })?;
+    let error = report.error.clone().unwrap_or_default();
+    let result = match report.outcome.as_str() {
+        "ok" => Ok(()),
+        "exit" => Err(RunError::Exit(report.exit.unwrap_or(1))),
+        "memory" => Err(RunError::MemoryLimit(config.limits.max_memory_bytes)),
+        "runaway" => Err(RunError::Runaway(config.limits.max_run_without_yield)),
+        "instantiate" => Err(RunError::Instantiate(error)),
+        _ => Err(RunError::Trap(error)),
+    };
+    Ok(RunReport {
+        outcome: Outcome {
+            result,
+            stdout: out.stdout,
+            stderr: out.stderr,
+            elapsed: t0.elapsed(),
+        },
+        peak_buffered: report.peak_buffered,
     })
 }
 

@@ -76,6 +76,10 @@ pub enum Proxy {
     Tether(PathBuf),
     /// A `jetsocat jmux-proxy` process: the jetsocat binary at this path.
     Jetsocat(PathBuf),
+    /// The JMUX guest on Node.js through jco (`tether-node run`, see
+    /// [`crate::node`]) under the policy `tether jmux` derives from the
+    /// same arguments ([`crate::tunnel::policy_for`]).
+    Node,
 }
 
 impl Proxy {
@@ -86,6 +90,7 @@ impl Proxy {
             Proxy::Guest { .. } => "guest",
             Proxy::Tether(_) => "tether",
             Proxy::Jetsocat(_) => "jetsocat",
+            Proxy::Node => "node-jco",
         }
     }
 
@@ -115,6 +120,35 @@ impl Proxy {
                     program,
                     &all,
                     &format!("tether-{role}"),
+                    None,
+                )?))
+            }
+            Proxy::Node => {
+                let parsed = tether_jmux::proxy::cli::parse_args(args)
+                    .map_err(|e| anyhow::anyhow!("jmux-proxy arguments: {e:?}"))?;
+                let policy = crate::tunnel::policy_for(&parsed, Vec::new())?;
+                let text = |rules: &[tether_host::policy::Rule]| {
+                    rules.iter().map(|r| r.to_string()).collect::<Vec<_>>()
+                };
+                let run = crate::node::NodeRun {
+                    allow: text(&policy.allow),
+                    deny: text(&policy.deny),
+                    listen: text(&policy.listen),
+                    ..Default::default()
+                };
+                let mut all = vec!["jmux-proxy".to_string()];
+                all.extend(args.iter().cloned());
+                let cmd = run.command(Path::new(tether_guest_artifacts::JMUX_PATH), None, &all)?;
+                let cmd = cmd.as_std();
+                let program = PathBuf::from(cmd.get_program());
+                let argv: Vec<String> = cmd
+                    .get_args()
+                    .map(|a| a.to_string_lossy().into_owned())
+                    .collect();
+                Ok(End::Process(ProxyProcess::spawn(
+                    &program,
+                    &argv,
+                    &format!("node-{role}"),
                     None,
                 )?))
             }

@@ -9,6 +9,7 @@ mod jmux;
 mod limits;
 mod linger;
 mod metrics;
+mod node;
 mod p3_echo;
 mod p3_tcp;
 mod policy;

@@ -1,0 +1,75 @@
+// Every limit of the Node host, with the defaults and units of the Rust
+// host's `Limits` (host/src/config.rs), and the `error-code` constructors
+// of `tether:streams/types` (wit/tether.wit).
+
+/** Defaults of host/src/config.rs `Limits`. Bytes are bytes, times milliseconds. */
+export const DEFAULT_LIMITS = Object.freeze({
+  maxMessageBytes: 64 << 20,
+  inboundBufferBytes: 1 << 20,
+  outboundBufferBytes: 1 << 20,
+  maxBatchMessages: 1024,
+  tcpWriteBufferBytes: 256 << 10,
+  tcpReadChunkBytes: 64 << 10,
+  acceptBacklog: 64,
+  readinessSetEntries: 1 << 16,
+  maxHandshakesPerListener: 1024,
+  connectTimeoutMs: 10_000,
+  handshakeTimeoutMs: 10_000,
+  lingerTimeoutMs: 5_000,
+  maxMemoryBytes: 256 << 20,
+  maxRunWithoutYieldMs: 10_000,
+  maxAeadKeys: 4096,
+});
+
+/** Each queued WebSocket message counts its payload plus this (host/src/websocket.rs QUEUED_MESSAGE_OVERHEAD). */
+export const QUEUED_MESSAGE_OVERHEAD = 64;
+
+/** `error-code` values, thrown by the host functions (jco lowers a thrown payload as `err`). */
+export const E = {
+  invalidUrl: (s) => ({ tag: "invalid-url", val: String(s) }),
+  denied: (s) => ({ tag: "denied", val: String(s) }),
+  dnsFailure: (s) => ({ tag: "dns-failure", val: String(s) }),
+  connectionRefused: (s) => ({ tag: "connection-refused", val: String(s) }),
+  timeout: () => ({ tag: "timeout" }),
+  tlsFailure: (s) => ({ tag: "tls-failure", val: String(s) }),
+  protocolError: (s) => ({ tag: "protocol-error", val: String(s) }),
+  closed: () => ({ tag: "closed" }),
+  messageTooLarge: (n) => ({ tag: "message-too-large", val: BigInt(n) }),
+  wouldBlock: () => ({ tag: "would-block" }),
+  invalidArgument: (s) => ({ tag: "invalid-argument", val: String(s) }),
+  other: (s) => ({ tag: "other", val: String(s) }),
+};
+
+const TLS_CODES = /^(ERR_TLS|ERR_SSL|CERT_|UNABLE_TO_|DEPTH_ZERO|SELF_SIGNED|HOSTNAME_MISMATCH|ERR_OSSL)/;
+
+/** Maps a Node socket, DNS or TLS error to an `error-code`. */
+export function fromNodeError(e) {
+  const code = e?.code ?? "";
+  const msg = e?.message ?? String(e);
+  if (code === "ECONNREFUSED") return E.connectionRefused(msg);
+  if (code === "ENOTFOUND" || code === "EAI_AGAIN" || code === "EAI_FAIL" || code === "ENODATA") return E.dnsFailure(msg);
+  if (code === "ETIMEDOUT") return E.timeout();
+  // The rustls wording the Rust host reports, then Node's own message.
+  if (/^(UNABLE_TO_|SELF_SIGNED|DEPTH_ZERO|CERT_UNTRUSTED)/.test(code)) {
+    return E.tlsFailure(`invalid peer certificate: UnknownIssuer (${msg})`);
+  }
+  if (code === "ERR_TLS_CERT_ALTNAME_INVALID") return E.tlsFailure(`invalid peer certificate: certificate not valid for name (${msg})`);
+  if (TLS_CODES.test(code) || /certificate|SSL|TLS|wrong version number/i.test(msg)) return E.tlsFailure(msg);
+  if (code === "ECONNRESET" || code === "EPIPE") return E.protocolError(msg);
+  return E.other(msg);
+}
+
+/** Running totals the conformance driver reads: bytes queued in message-stream buffers. */
+export class Stats {
+  constructor() {
+    this.buffered = 0;
+    this.peakBuffered = 0;
+  }
+  add(n) {
+    this.buffered += n;
+    if (this.buffered > this.peakBuffered) this.peakBuffered = this.buffered;
+  }
+  sub(n) {
+    this.buffered -= n;
+  }
+}

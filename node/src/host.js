@@ -1,0 +1,107 @@
+// One Tether host on Node: the policy, the limits, the statistics and the
+// whole import object a Tether guest needs (tether:streams, wasi:io, the
+// monotonic clock and stdio from this folder; the rest of wasi:cli,
+// wall-clock and random from preview2-shim).
+
+import { cli, clocks, random } from "@bytecodealliance/preview2-shim";
+import { Policy } from "./policy.js";
+import { DEFAULT_LIMITS, Stats } from "./config.js";
+import { ioImports, Signal } from "./io.js";
+import { websocketImports } from "./websocket.js";
+import { tcpImports } from "./tcp.js";
+import { readinessImports } from "./readiness.js";
+import { aeadImports } from "./aead.js";
+
+/** Thrown by `wasi:cli/exit` to unwind the guest with its status. */
+export class GuestExit extends Error {
+  constructor(code) {
+    super(`guest exited with status ${code}`);
+    this.code = code;
+  }
+}
+
+/** The host state shared by every resource of one guest run. */
+export class Host {
+  /**
+   * @param {{allow?: string[], deny?: string[], listen?: string[]}} policy rules as on the CLI
+   * @param {Partial<typeof DEFAULT_LIMITS>} limits overrides of the defaults
+   * @param {string[]} caFiles PEM files trusted for wss:// (replacing the system roots when given)
+   * @param {string[]} args the guest's arguments, program name first
+   */
+  constructor({ policy = {}, limits = {}, caFiles = [], args = [] } = {}) {
+    this.policy = new Policy(policy);
+    this.limits = { ...DEFAULT_LIMITS, ...limits };
+    this.caFiles = caFiles;
+    this.args = args;
+    this.stats = new Stats();
+    this.conns = new Set();
+    this.socks = new Set();
+    this.changed = new Signal();
+  }
+
+  /** The import object for jco's `instantiate`. */
+  imports() {
+    const args = this.args;
+    return {
+      ...ioImports(),
+      "tether:streams/types": {},
+      "tether:streams/websocket": websocketImports(this),
+      "tether:streams/tcp": tcpImports(this),
+      "tether:streams/readiness": readinessImports(this),
+      "tether:streams/aead": aeadImports(this),
+      "wasi:cli/environment": {
+        getEnvironment: () => [],
+        getArguments: () => args,
+        initialCwd: () => undefined,
+      },
+      "wasi:cli/exit": {
+        exit: (status) => {
+          throw new GuestExit(status.tag === "err" ? 1 : 0);
+        },
+        exitWithCode: (code) => {
+          throw new GuestExit(code);
+        },
+      },
+      "wasi:cli/terminal-input": cli.terminalInput,
+      "wasi:cli/terminal-output": cli.terminalOutput,
+      "wasi:cli/terminal-stdin": cli.terminalStdin,
+      "wasi:cli/terminal-stdout": cli.terminalStdout,
+      "wasi:cli/terminal-stderr": cli.terminalStderr,
+      "wasi:clocks/wall-clock": clocks.wallClock,
+      "wasi:random/insecure-seed": random.insecureSeed,
+      "wasi:random/insecure": random.insecure,
+      "wasi:random/random": random.random,
+    };
+  }
+
+  /**
+   * Ends the run: closes every open message stream (1000 after its queue
+   * when the guest succeeded, 1011 naming the failure otherwise) and
+   * resolves once every connection is gone or the linger time passed.
+   */
+  async shutdown(failure) {
+    for (const c of [...this.conns]) {
+      if (failure) {
+        if (!c.ended) {
+          c.closing = true;
+          c.ws.close(1011, failure.slice(0, 120));
+          setTimeout(() => c.ws.terminate(), this.limits.lingerTimeoutMs).unref();
+        }
+      } else {
+        c.startClose(1000, "");
+      }
+    }
+    const deadline = Date.now() + this.limits.lingerTimeoutMs;
+    while (this.conns.size > 0 && Date.now() < deadline) {
+      await new Promise((resolve) => {
+        const t = setTimeout(resolve, Math.max(1, deadline - Date.now()));
+        const done = () => {
+          this.changed.waiters.delete(done);
+          clearTimeout(t);
+          resolve();
+        };
+        this.changed.waiters.add(done);
+      });
+    }
+  }
+}

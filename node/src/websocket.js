@@ -1,0 +1,513 @@
+// `tether:streams/websocket` on `ws` 8: client (`connect`), server
+// (`listen`), bounded inbound and outbound buffers with backpressure
+// (the socket is paused while the inbound buffer is full; `send` returns
+// `would-block` while the outbound one is), close rules of RFC 6455
+// sections 5.5.1 and 7.4, TCP_NODELAY on every socket.
+
+import http from "node:http";
+import { readFileSync } from "node:fs";
+import WebSocket, { WebSocketServer } from "ws";
+import { Signal, Pollable } from "./io.js";
+import { PendingConnect, AcceptQueue } from "./ready.js";
+import { E, QUEUED_MESSAGE_OVERHEAD, fromNodeError } from "./config.js";
+import { checkDestination, resolveAllowed, pinnedLookup, sockAddr } from "./net.js";
+import { parseHost } from "./policy.js";
+
+/** The close code `ws` attaches to an error that fails the connection. */
+function statusCode(err) {
+  const sym = Object.getOwnPropertySymbols(err).find((k) => k.description === "status-code");
+  return sym ? err[sym] : undefined;
+}
+
+/** Close codes a guest may send (RFC 6455 section 7.4): 1000 and 3000..=4999. */
+function checkClose(code, reason) {
+  if (!(code === 1000 || (code >= 3000 && code <= 4999))) {
+    throw E.invalidArgument(`close code ${code}: must be 1000 or in 3000..=4999`);
+  }
+  if (Buffer.byteLength(reason, "utf8") > 123) {
+    throw E.invalidArgument(`close reason of ${Buffer.byteLength(reason, "utf8")} bytes: at most 123`);
+  }
+}
+
+const size = (data) => (typeof data === "string" ? Buffer.byteLength(data, "utf8") : data.length);
+
+/** The state behind one `message-stream`. */
+class Conn {
+  constructor(host, ws, { path, peer, subprotocol }) {
+    this.host = host;
+    this.ws = ws;
+    this.path = path;
+    this.peer = peer;
+    this.subprotocol = subprotocol;
+    this.signal = new Signal();
+    this.inbound = [];
+    this.inboundBytes = 0;
+    this.outboundBytes = 0;
+    this.paused = false;
+    this.blockedLen = 0;
+    this.dropped = false;
+    this.unsent = new Set();
+    this.closing = false;
+    this.ended = false;
+    this.closeInfo = null;
+    this.failure = null;
+    this.linger = null;
+    host.conns.add(this);
+    ws.binaryType = "nodebuffer";
+    ws.on("message", (data, isBinary) => this.onMessage(data, isBinary));
+    ws.on("close", (code, reason) => this.onClose(code, reason));
+    ws.on("error", (err) => this.onError(err));
+    // Pings are answered by the host, the most recent one only when they
+    // arrive in one read (RFC 6455 section 5.5.3
+    // allows it; the Rust host's tungstenite does the same).
+    this.pong = null;
+    ws.on("ping", (data) => {
+      const first = this.pong === null;
+      this.pong = data;
+      if (first) {
+        queueMicrotask(() => {
+          const payload = this.pong;
+          this.pong = null;
+          if (ws.readyState === WebSocket.OPEN) ws.pong(payload, ws._isServer ? false : true, () => {});
+        });
+      }
+    });
+  }
+
+  onMessage(data, isBinary) {
+    const msg = isBinary ? { tag: "binary", val: data } : { tag: "text", val: data.toString("utf8") };
+    const cost = data.length + QUEUED_MESSAGE_OVERHEAD;
+    this.inbound.push({ msg, cost });
+    this.inboundBytes += cost;
+    this.host.stats.add(cost);
+    if (!this.paused && this.inboundBytes >= this.host.limits.inboundBufferBytes) {
+      this.paused = true;
+      this.ws.pause();
+    }
+    this.signal.wake();
+  }
+
+  onError(err) {
+    // ws fails the connection with a close frame for framing errors
+    // (1002), bad UTF-8 (1007) and oversized messages (1009).
+    const code = statusCode(err);
+    if (code && !this.closeInfo) this.closeInfo = { code, reason: "" };
+    if (!this.failure) {
+      this.failure = code === 1009 ? E.messageTooLarge(this.host.limits.maxMessageBytes) : E.protocolError(err.message);
+    }
+    this.signal.wake();
+  }
+
+  onClose(code, reason) {
+    this.ended = true;
+    if (!this.closeInfo) this.closeInfo = { code, reason: reason.toString("utf8") };
+    // No close frame: the connection was reset or cut (RFC 6455 7.1.5).
+    if (this.closeInfo.code === 1006 && !this.failure && !this.closing) {
+      this.failure = E.protocolError("the connection ended without a close frame (reset or cut)");
+    }
+    this.releaseOutbound();
+    if (this.linger) clearTimeout(this.linger);
+    this.host.conns.delete(this);
+    this.signal.wake();
+    this.host.changed.wake();
+  }
+
+  releaseOutbound() {
+    this.host.stats.sub(this.outboundBytes);
+    this.outboundBytes = 0;
+  }
+
+  take() {
+    const { msg, cost } = this.inbound.shift();
+    this.inboundBytes -= cost;
+    this.host.stats.sub(cost);
+    if (this.paused && this.inboundBytes < this.host.limits.inboundBufferBytes) {
+      this.paused = false;
+      this.ws.resume();
+    }
+    return msg;
+  }
+
+  receivable() {
+    return this.inbound.length > 0 || this.ended || this.dropped;
+  }
+
+  /** Ready when `send` would not return would-block for the message that last got it. */
+  sendable() {
+    return (
+      this.outboundBytes === 0 ||
+      this.outboundBytes + this.blockedLen <= this.host.limits.outboundBufferBytes ||
+      this.ended ||
+      this.closing ||
+      this.dropped
+    );
+  }
+
+  /** Queues one message or throws an error-code. */
+  queue(message) {
+    if (this.closing || this.ended || this.ws.readyState !== WebSocket.OPEN) throw E.closed();
+    const data = message.tag === "text" ? message.val : Buffer.from(message.val.buffer, message.val.byteOffset, message.val.length);
+    const n = size(data);
+    const limits = this.host.limits;
+    if (n > limits.maxMessageBytes) throw E.messageTooLarge(limits.maxMessageBytes);
+    const cost = n + QUEUED_MESSAGE_OVERHEAD;
+    if (this.outboundBytes > 0 && this.outboundBytes + cost > limits.outboundBufferBytes) {
+      this.blockedLen = cost;
+      throw E.wouldBlock();
+    }
+    this.blockedLen = 0;
+    this.outboundBytes += cost;
+    this.host.stats.add(cost);
+    const entry = { cost };
+    this.unsent.add(entry);
+    this.ws.send(data, { binary: message.tag === "binary" }, () => this.sent(entry));
+  }
+
+  /**
+   * Node writes to the kernel at once when it can; its callbacks come a
+   * turn later. Nothing left in node's buffer means every queued message
+   * is in the kernel: free the room now, as the Rust host's writer does.
+   */
+  settleSent() {
+    if (this.ws._socket && this.ws._socket.writableLength === 0) {
+      for (const e of this.unsent) this.sent(e);
+    }
+  }
+
+  /** Runs `f` with the socket corked: the messages it queues leave in one write. */
+  burst(f) {
+    const sock = this.ws._socket;
+    sock?.cork();
+    try {
+      return f();
+    } finally {
+      sock?.uncork();
+      this.settleSent();
+    }
+  }
+
+  /** A queued message reached the kernel: its bytes leave the outbound buffer. */
+  sent(entry) {
+    if (!this.unsent.delete(entry) || this.ended) return;
+    this.outboundBytes -= entry.cost;
+    this.host.stats.sub(entry.cost);
+    this.signal.wake();
+  }
+
+  /** Starts the closing handshake after the queue, torn down after the linger time. */
+  startClose(code, reason) {
+    if (this.closing || this.ended) return;
+    this.closing = true;
+    this.ws.close(code, reason);
+    this.linger = setTimeout(() => this.ws.terminate(), this.host.limits.lingerTimeoutMs);
+    this.signal.wake();
+  }
+}
+
+/** `message-stream` resource. */
+export class MessageStream {
+  constructor(conn) {
+    this.conn = conn;
+  }
+  send(message) {
+    this.conn.queue(message);
+    this.conn.settleSent();
+  }
+  receive() {
+    const c = this.conn;
+    if (c.inbound.length > 0) return c.take();
+    if (c.ended) throw c.failure ?? E.closed();
+    return undefined;
+  }
+  sendMany(messages) {
+    if (messages.length === 0) return 0;
+    const max = Math.min(messages.length, this.conn.host.limits.maxBatchMessages);
+    return this.conn.burst(() => {
+      let n = 0;
+      for (; n < max; n++) {
+        try {
+          this.conn.queue(messages[n]);
+        } catch (e) {
+          if (n === 0) throw e;
+          break;
+        }
+      }
+      return n;
+    });
+  }
+  receiveMany(maxMessages, maxBytes) {
+    if (maxMessages === 0) throw E.invalidArgument("max-messages must be at least 1");
+    const c = this.conn;
+    const out = [];
+    const cap = Math.min(maxMessages, c.host.limits.maxBatchMessages);
+    let bytes = 0n;
+    while (out.length < cap && c.inbound.length > 0) {
+      const next = c.inbound[0].cost - QUEUED_MESSAGE_OVERHEAD;
+      if (out.length > 0 && bytes + BigInt(next) > maxBytes) break;
+      bytes += BigInt(next);
+      out.push(c.take());
+    }
+    if (out.length === 0 && c.ended) throw c.failure ?? E.closed();
+    return out;
+  }
+  subscribeReceive() {
+    return new Pollable(this.conn.signal, () => this.conn.receivable());
+  }
+  subscribeSend() {
+    return new Pollable(this.conn.signal, () => this.conn.sendable());
+  }
+  close(code, reason) {
+    checkClose(code, reason);
+    this.conn.startClose(code, reason);
+  }
+  closeInfo() {
+    return this.conn.ended ? this.conn.closeInfo ?? undefined : undefined;
+  }
+  subprotocol() {
+    return this.conn.subprotocol || undefined;
+  }
+  peerAddress() {
+    return this.conn.peer;
+  }
+  path() {
+    return this.conn.path;
+  }
+  [Symbol.dispose]() {
+    this.dropped = true;
+    this.conn.dropped = true;
+    this.conn.startClose(1000, "");
+    this.conn.signal.wake();
+  }
+}
+
+/** A connect in progress (`future-message-stream`). */
+export class FutureMessageStream extends PendingConnect {
+  cancel() {
+    this.ws?.terminate();
+  }
+  discard(stream) {
+    stream[Symbol.dispose]();
+  }
+}
+
+/** Parses a ws:// or wss:// URL; throws `invalid-url`. */
+function parseUrl(text) {
+  let u;
+  try {
+    u = new URL(text);
+  } catch {
+    throw E.invalidUrl(`${text}: not a URL`);
+  }
+  if (u.protocol !== "ws:" && u.protocol !== "wss:") throw E.invalidUrl(`${text}: scheme must be ws or wss`);
+  if (!u.hostname) throw E.invalidUrl(`${text}: no host`);
+  if (text.includes("#")) throw E.invalidUrl(`${text}: a WebSocket URL has no fragment (RFC 6455 section 3)`);
+  const port = u.port ? Number(u.port) : u.protocol === "wss:" ? 443 : 80;
+  return { u, port, tls: u.protocol === "wss:" };
+}
+
+function connectError(err) {
+  const msg = err?.message ?? String(err);
+  if (/handshake has timed out/i.test(msg)) return E.timeout();
+  if (/Unexpected server response|Invalid Sec-WebSocket|Server sent|Invalid Upgrade|socket hang up|Invalid WebSocket frame/i.test(msg) && !err.code) {
+    return E.protocolError(msg);
+  }
+  const e = fromNodeError(err);
+  return e.tag === "other" && /parse|HPE_/i.test(msg + (err.code ?? "")) ? E.protocolError(msg) : e;
+}
+
+/** `connect`: checks the URL and policy at once, the rest through the future. */
+function connect(host, url, options) {
+  const { u, port, tls } = parseUrl(url);
+  const { host: parsed, check } = checkDestination(host.policy, u.hostname, port);
+  const fut = new FutureMessageStream();
+  const offered = options.subprotocols ?? [];
+  const path = `${u.pathname}${u.search}`;
+  const started = Date.now();
+  (async () => {
+    let addrs;
+    const deadline = new Promise((_, reject) =>
+      setTimeout(() => reject(E.timeout()), host.limits.connectTimeoutMs).unref(),
+    );
+    try {
+      addrs = await Promise.race([resolveAllowed(host.policy, parsed, check, port), deadline]);
+    } catch (e) {
+      fut.settle({ tag: "err", val: e.tag ? e : fromNodeError(e) });
+      return;
+    }
+    if (fut.dropped) return;
+    const addr = addrs[0];
+    const headers = {};
+    for (const [k, v] of options.headers ?? []) headers[k] = v;
+    if (offered.length) headers["Sec-WebSocket-Protocol"] = offered.join(", ");
+    const elapsed = Date.now() - started;
+    const wsOpts = {
+      perMessageDeflate: false,
+      autoPong: false,
+      maxPayload: host.limits.maxMessageBytes,
+      handshakeTimeout: Math.max(1, host.limits.connectTimeoutMs - elapsed) + host.limits.handshakeTimeoutMs,
+      followRedirects: false,
+      headers,
+      lookup: pinnedLookup(addr),
+      closeTimeout: host.limits.lingerTimeoutMs,
+      skipUTF8Validation: false,
+    };
+    if (tls) {
+      wsOpts.servername = parsed.name ?? undefined;
+      if (host.ca) wsOpts.ca = host.ca;
+    }
+    let ws;
+    try {
+      ws = new WebSocket(url, [], wsOpts);
+    } catch (e) {
+      fut.settle({ tag: "err", val: E.invalidUrl(e.message) });
+      return;
+    }
+    fut.ws = ws;
+    let selected = null;
+    let failed = null;
+    ws.on("upgrade", (res) => {
+      const sel = res.headers["sec-websocket-protocol"];
+      delete res.headers["sec-websocket-protocol"];
+      if (sel !== undefined && !offered.includes(sel)) failed = E.protocolError(`the server selected subprotocol \`${sel}\`, which was not offered`);
+      selected = sel ?? null;
+    });
+    ws.on("unexpected-response", (_req, res) => {
+      const location = res.headers.location ? ` (redirect to ${res.headers.location} not followed)` : "";
+      fut.settle({
+        tag: "err",
+        val: E.protocolError(`server answered HTTP ${res.statusCode} instead of 101 Switching Protocols${location}`),
+      });
+      ws.terminate();
+    });
+    const onSocket = (req) => req.on("socket", (s) => s.setNoDelay(true));
+    if (ws._req) onSocket(ws._req);
+    ws.once("error", (err) => fut.settle({ tag: "err", val: connectError(err) }));
+    ws.once("close", () => fut.settle({ tag: "err", val: E.protocolError("connection closed during the handshake") }));
+    ws.once("open", () => {
+      if (failed) {
+        fut.settle({ tag: "err", val: failed });
+        ws.terminate();
+        return;
+      }
+      ws.removeAllListeners("error");
+      ws.removeAllListeners("close");
+      ws._socket?.setNoDelay(true);
+      const conn = new Conn(host, ws, {
+        path,
+        peer: sockAddr(ws._socket?.remoteAddress, ws._socket?.remotePort),
+        subprotocol: selected,
+      });
+      const stream = new MessageStream(conn);
+      if (fut.dropped) stream[Symbol.dispose]();
+      else fut.settle({ tag: "ok", val: stream });
+    });
+  })();
+  return fut;
+}
+
+/** `listener` resource: upgraded streams wait in its queue. */
+export class Listener extends AcceptQueue {
+  wrap(conn) {
+    return new MessageStream(conn);
+  }
+  closeQueued(conn) {
+    conn.ws.terminate();
+  }
+  stopping() {
+    for (const s of this.sockets) s.destroy();
+  }
+}
+
+/** Parses a bind address `ip:port`; throws `invalid-url`. */
+export function parseBind(address) {
+  const i = address.lastIndexOf(":");
+  const hostText = i > 0 ? address.slice(0, i) : "";
+  const portText = i > 0 ? address.slice(i + 1) : "";
+  let h;
+  try {
+    h = parseHost(hostText);
+  } catch (e) {
+    throw E.invalidUrl(`${address}: ${e.message}`);
+  }
+  if (!h.ip || !/^[0-9]{1,5}$/.test(portText) || Number(portText) > 65535) {
+    throw E.invalidUrl(`${address}: expected IP:PORT`);
+  }
+  return { ip: h.ip, port: Number(portText), text: hostText.replace(/^\[|\]$/g, "") };
+}
+
+function listen(host, address, options) {
+  const bind = parseBind(address);
+  try {
+    host.policy.checkListen(bind.ip, bind.port);
+  } catch (why) {
+    throw E.denied(why);
+  }
+  const supported = options.subprotocols ?? [];
+  const server = http.createServer();
+  const wss = new WebSocketServer({
+    noServer: true,
+    perMessageDeflate: false,
+    autoPong: false,
+    maxPayload: host.limits.maxMessageBytes,
+    clientTracking: false,
+    handleProtocols: (offered) => supported.find((p) => offered.has(p)) ?? false,
+  });
+  const listener = new Listener(host, server);
+  listener.sockets = new Set();
+  let handshaking = 0;
+  server.on("connection", (sock) => {
+    sock.setNoDelay(true);
+    if (listener.stopped) return sock.destroy();
+    if (handshaking >= host.limits.maxHandshakesPerListener) {
+      sock.end("HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
+      return;
+    }
+    handshaking++;
+    listener.sockets.add(sock);
+    sock.tetherTimer = setTimeout(() => sock.destroy(), host.limits.handshakeTimeoutMs);
+    sock.once("close", () => {
+      if (listener.sockets.delete(sock)) {
+        handshaking--;
+        clearTimeout(sock.tetherTimer);
+      }
+    });
+  });
+  const done = (sock) => {
+    if (listener.sockets.delete(sock)) {
+      handshaking--;
+      clearTimeout(sock.tetherTimer);
+    }
+  };
+  server.on("request", (req, res) => {
+    res.writeHead(426, { Connection: "close", "Content-Type": "text/plain" });
+    res.end("a WebSocket upgrade is required\n");
+  });
+  server.on("upgrade", (req, sock, head) => {
+    wss.handleUpgrade(req, sock, head, (ws) => {
+      done(sock);
+      if (listener.stopped) return ws.terminate();
+      const conn = new Conn(host, ws, {
+        path: req.url ?? "/",
+        peer: sockAddr(sock.remoteAddress, sock.remotePort),
+        subprotocol: ws.protocol || null,
+      });
+      listener.push(conn);
+    });
+  });
+  return new Promise((resolve, reject) => {
+    server.once("error", (e) => reject(E.other(e.message)));
+    server.listen({ host: bind.text, port: bind.port, backlog: host.limits.acceptBacklog }, () => resolve(listener));
+  });
+}
+
+/** The `tether:streams/websocket` import object for one host. */
+export function websocketImports(host) {
+  if (host.caFiles?.length && !host.ca) host.ca = host.caFiles.map((f) => readFileSync(f));
+  return {
+    MessageStream,
+    FutureMessageStream,
+    Listener,
+    connect: (url, options) => connect(host, url, options),
+    listen: (address, options) => listen(host, address, options),
+  };
+}

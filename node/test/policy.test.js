@@ -1,0 +1,185 @@
+// The Rust policy crate's cases (policy/src/tests.rs, host.rs, internal.rs)
+// against the JS port in src/policy.js, and the loopback spellings table
+// read from policy/src/spellings.rs itself, so the two cannot drift apart
+// silently. Run: node --test node/test/ (scripts/test does).
+
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { readFileSync } from "node:fs";
+import { Policy, Rule, parseHost, fmtIp, internalRange, NameCheck } from "../src/policy.js";
+
+const policy = (allow, deny = [], listen = ["127.0.0.1:*"]) => new Policy({ allow, deny, listen });
+const host = (text) => parseHost(text);
+
+/** The whole decision, with the resolver of the Rust tests. */
+function decide(p, text, port) {
+  let h;
+  try {
+    h = parseHost(text);
+  } catch (e) {
+    return { err: e.message };
+  }
+  try {
+    const check = p.checkName(h, port);
+    let ips;
+    if (h.ip) ips = [h.ip];
+    else if (h.name === "localhost") ips = [host("127.0.0.1").ip, host("::1").ip];
+    else if (h.name === "rebind.example") ips = [host("10.9.9.9").ip];
+    else ips = [host("93.184.215.14").ip];
+    return { ok: p.checkResolved(h, check, ips.map((ip) => ({ ip, port }))) };
+  } catch (why) {
+    return { err: String(why) };
+  }
+}
+const ok = (r, what) => assert.ok(r.ok, `${what}: ${r.err}`);
+const err = (r, what) => {
+  assert.ok(r.err, `${what}: expected an error, got ${JSON.stringify(r.ok?.map((a) => fmtIp(a.ip)))}`);
+  return r.err;
+};
+const bindable = (p, ip, port) => {
+  try {
+    p.checkListen(host(ip).ip, port);
+    return true;
+  } catch {
+    return false;
+  }
+};
+
+test("deny by default", () => {
+  const p = new Policy();
+  assert.throws(() => p.checkName(host("example.com"), 443));
+  assert.throws(() => p.checkName(host("127.0.0.1"), 80));
+  assert.equal(bindable(p, "127.0.0.1", 0), false);
+});
+
+test("names, suffixes and ports", () => {
+  let p = policy(["example.com:443", "*.corp.net:8000-8999"]);
+  assert.equal(p.checkName(host("EXAMPLE.com."), 443), NameCheck.Named);
+  assert.throws(() => p.checkName(host("example.com"), 80));
+  assert.equal(p.checkName(host("a.b.corp.net"), 8080), NameCheck.Wildcard);
+  assert.throws(() => p.checkName(host("corp.net"), 8080));
+  assert.throws(() => p.checkName(host("a.corp.net"), 9000));
+  p = policy(["EXAMPLE.COM.:443", "*.Corp.NET.:*"]);
+  assert.equal(p.checkName(host("example.com"), 443), NameCheck.Named);
+  assert.equal(p.checkName(host("x.corp.net"), 1), NameCheck.Wildcard);
+});
+
+test("ip rules and cidr", () => {
+  const p = policy(["127.0.0.0/8:*", "[::1]:22"]);
+  ok(decide(p, "127.1.2.3", 5), "127.1.2.3");
+  ok(decide(p, "[::1]", 22), "[::1]:22");
+  err(decide(p, "::1", 23), "::1:23");
+  err(decide(p, "10.0.0.1", 5), "10.0.0.1");
+  assert.equal(p.checkName(host("localhost"), 5), NameCheck.NeedsAddress);
+  assert.deepEqual(decide(p, "localhost", 5).ok.map((a) => fmtIp(a.ip)), ["127.0.0.1"]);
+  err(decide(p, "rebind.example", 5), "rebind");
+});
+
+test("deny wins on names and resolved addresses", () => {
+  const p = policy(["*:*", "internal:*"], ["10.0.0.0/8:*", "secret.example:*"]);
+  err(decide(p, "secret.example", 1));
+  err(decide(p, "SECRET.example.", 1));
+  assert.match(err(decide(p, "10.2.3.4", 1)), /`10\.0\.0\.0\/8:\*`/);
+  assert.match(err(decide(p, "rebind.example", 443)), /10\.9\.9\.9:443 is denied by rule `10\.0\.0\.0\/8:\*`/);
+  assert.match(err(decide(p, "[::ffff:10.0.0.1]", 443)), /reaches 10\.0\.0\.1/);
+  ok(decide(p, "example.com", 443), "example.com");
+});
+
+test("bad rules are rejected with a reason", () => {
+  for (const bad of [
+    "example.com", "x:99999", "x:9-1", "x:+80", "x:", "1.2.3.4/40:1", "[::1]/129:1", "name/8:1",
+    "a*b:1", "*.:1", "*./8:1", "*.1.2:1", "*/8:1", "internal/8:1", "[fe80::1%eth0]:1", "256.1.1.1:1", "[::1:1",
+  ]) {
+    assert.throws(() => new Rule(bad), (e) => e.message.includes(bad), bad);
+  }
+  assert.deepEqual(new Rule("internal").ports, { lo: 0, hi: 65535 });
+  assert.equal(new Rule("INTERNAL:443").kind, "internal");
+  for (const s of ["internal.:*", "INTERNAL.:443"]) assert.equal(new Rule(s).kind, "internal", s);
+});
+
+test("listen rules match bind addresses without loopback aliasing", () => {
+  const p = new Policy({ listen: ["127.0.0.1:*", "[::1]:8000"] });
+  assert.ok(bindable(p, "127.0.0.1", 0));
+  assert.ok(bindable(p, "::ffff:127.0.0.1", 0));
+  assert.ok(bindable(p, "::1", 8000));
+  assert.ok(!bindable(p, "::1", 8001));
+  assert.ok(!bindable(p, "0.0.0.0", 0));
+  assert.ok(!bindable(p, "::", 8000));
+});
+
+/** policy/src/spellings.rs LOOPBACK, parsed from the Rust source. */
+function loopbackTable() {
+  const src = readFileSync(new URL("../../policy/src/spellings.rs", import.meta.url), "utf8");
+  const re = /\bs\(\s*"([^"]*)",\s*(V4|V6),\s*(true|false),\s*(true|false),\s*(true|false),/g;
+  return [...src.matchAll(re)].map((m) => ({ text: m[1], reaches: m[2] === "V6" ? "::1" : "127.0.0.1", inTcp: m[5] === "true" }));
+}
+
+test("every loopback spelling meets the loopback rules", () => {
+  const table = loopbackTable();
+  assert.ok(table.length >= 30, `the table has ${table.length} spellings`);
+  const deny = policy(["*:*"], ["127.0.0.0/8:*", "[::1]/128:*"]);
+  const allow = policy(["127.0.0.1:*", "[::1]:*"]);
+  const mappedDeny = policy(["*:*"], ["[::ffff:127.0.0.0]/104:*", "[::1]:*"]);
+  const oddDeny = policy(["*:*"], ["0x7f.0.0.0/8:*", "[0::1]/128:*"]);
+  const byName = policy(["*:*"], ["internal"]);
+  const wildcardOnly = policy(["*:*", "*.example:*"]);
+  const explicit = policy(["*:*", "internal:*"]);
+  for (const s of table.filter((s) => s.inTcp)) {
+    const rule = s.reaches === "::1" ? "[::1]" : "127.0.0.0/8";
+    assert.ok(err(decide(deny, s.text, 80), s.text).includes(`\`${rule}`), s.text);
+    ok(decide(allow, s.text, 80), s.text);
+    for (const [name, p] of [["mapped", mappedDeny], ["odd", oddDeny], ["internal", byName]]) {
+      assert.match(err(decide(p, s.text, 80), `${name} ${s.text}`), /denied by rule/, `${name} ${s.text}`);
+    }
+    assert.match(err(decide(wildcardOnly, s.text, 80), s.text), /internal/, s.text);
+    ok(decide(explicit, s.text, 80), s.text);
+  }
+});
+
+test("wildcards do not reach internal addresses", () => {
+  const p = policy(["*:*"]);
+  for (const internal of [
+    "10.0.0.1", "169.254.169.254", "[fd00::1]", "[fe80::1]", "[::ffff:169.254.169.254]", "[64:ff9b::a9fe:a9fe]",
+    "100.64.0.1", "224.0.0.1", "255.255.255.255", "rebind.example", "localhost",
+  ]) {
+    assert.match(err(decide(p, internal, 80), internal), /is internal/, internal);
+  }
+  ok(decide(p, "1.1.1.1", 80), "1.1.1.1");
+  ok(decide(p, "example.com", 80), "example.com");
+  ok(decide(policy(["rebind.example:80"]), "rebind.example", 80), "named");
+  ok(decide(policy(["*:*", "10.0.0.0/8:*"]), "rebind.example", 80), "cidr");
+  ok(decide(policy(["*.example:*", "internal:80"]), "rebind.example", 80), "internal:80");
+  err(decide(policy(["*.example:*"]), "rebind.example", 80), "suffix only");
+  ok(decide(policy(["*:*", "internal:*"]), "169.254.169.254", 80), "allow all");
+  assert.match(err(decide(policy(["rebind.example:*"], ["internal"]), "rebind.example", 80)), /`internal`/);
+});
+
+test("ipv4 forms as inet_aton reads them", () => {
+  for (const text of [
+    "127.0.0.1", "2130706433", "0177.0.0.1", "0x7f.1", "0X7F.0.0.1", "127.1", "127.0.1", "0x7f000001",
+    "017700000001", "127.0.0.1.", "0177.0.0.01", "0x00007f.1",
+  ]) {
+    assert.equal(fmtIp(host(text).ip), "127.0.0.1", text);
+  }
+  assert.equal(fmtIp(host("0").ip), "0.0.0.0");
+  assert.equal(fmtIp(host("0x").ip), "0.0.0.0");
+  assert.equal(fmtIp(host("10.0x10.0377.255").ip), "10.16.255.255");
+  assert.equal(fmtIp(host("1.65535").ip), "1.0.255.255");
+  for (const bad of ["256.0.0.1", "1.2.3.256", "1.65536.1", "4294967296", "1.2.3.4.5", "09.0.0.1", "1..1", "x.1", "0x1g.1"]) {
+    assert.throws(() => parseHost(bad), undefined, bad);
+  }
+});
+
+test("the internal preset covers what SSRF filters block", () => {
+  for (const [addr, cidr] of [
+    ["127.0.0.1", "127.0.0.0/8"], ["0.0.0.0", "0.0.0.0/8"], ["::", "::/128"], ["::1", "::1/128"],
+    ["10.1.2.3", "10.0.0.0/8"], ["172.31.255.255", "172.16.0.0/12"], ["192.168.1.1", "192.168.0.0/16"],
+    ["100.100.100.200", "100.64.0.0/10"], ["169.254.169.254", "169.254.0.0/16"], ["fd00:ec2::254", "fc00::/7"],
+    ["fe80::1", "fe80::/10"], ["ff02::1", "ff00::/8"], ["239.255.255.250", "224.0.0.0/4"],
+    ["255.255.255.255", "255.255.255.255/32"], ["::ffff:169.254.169.254", "169.254.0.0/16"],
+    ["::ffff:10.0.0.1", "10.0.0.0/8"], ["64:ff9b::a9fe:a9fe", "169.254.0.0/16"], ["::192.168.0.1", "192.168.0.0/16"],
+  ]) {
+    assert.equal(internalRange(host(addr).ip)?.cidr, cidr, addr);
+  }
+  assert.equal(internalRange(host("1.1.1.1").ip), null);
+});
