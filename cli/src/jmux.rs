@@ -10,7 +10,7 @@ use clap::Args;
 use tether_host::ErrorCode;
 use tether_host::bindings::describe;
 use tether_host::policy::Rule;
-use tether_host::runner::{EngineKind, Runner};
+use tether_host::runner::{EngineKind, GuestIo, Runner};
 use tether_host::tokio::net::TcpListener;
 use tether_host::{Config, Limits, TlsOptions};
 
@@ -122,7 +122,11 @@ pub async fn jmux(mut args: JmuxArgs) -> anyhow::Result<ExitCode> {
     };
     let mut guest_args = vec!["jmux".to_string()];
     guest_args.extend(args.args);
-    crate::run::run_until_signal(&runner, &component, &guest_args).await
+    crate::run::run_until_signal(
+        runner.host(),
+        runner.run(&component, &guest_args, GuestIo::Inherit),
+    )
+    .await
 }
 
 /// Binds the `--metrics` address of `tether jmux` (allowed by being named;

@@ -114,6 +114,11 @@ pub struct HostArgs {
     /// Inbound buffer per message stream, bytes (1 to 2^40).
     #[arg(long, default_value_t = Limits::default().inbound_buffer_bytes, value_parser = byte_size())]
     pub inbound_buffer_bytes: usize,
+    /// Bytes of unfinished inbound WebSocket messages the host holds over
+    /// all streams (past each stream's first 64 KiB); a read past it fails
+    /// its stream with close code 1013 (1 to 2^40).
+    #[arg(long, default_value_t = Limits::default().max_assembling_bytes, value_parser = byte_size())]
+    pub max_assembling_bytes: usize,
     /// Outbound buffer per message stream, bytes (1 to 2^40).
     #[arg(long, default_value_t = Limits::default().outbound_buffer_bytes, value_parser = byte_size())]
     pub outbound_buffer_bytes: usize,
@@ -222,6 +227,7 @@ impl HostArgs {
             limits: Limits {
                 max_message_bytes: self.max_message_bytes,
                 inbound_buffer_bytes: self.inbound_buffer_bytes,
+                max_assembling_bytes: self.max_assembling_bytes,
                 outbound_buffer_bytes: self.outbound_buffer_bytes,
                 max_handshakes_per_listener: self.max_handshakes_per_listener,
                 connect_timeout: Duration::from_millis(self.connect_timeout_ms),

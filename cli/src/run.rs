@@ -13,7 +13,6 @@ use tether_host::ErrorCode;
 use tether_host::bindings::describe;
 use tether_host::metrics::MetricsServer;
 use tether_host::runner::{GuestIo, RunError, Runner};
-use tether_host::wasmtime::component::Component;
 
 use crate::HostArgs;
 
@@ -30,19 +29,19 @@ pub struct RunArgs {
     pub args: Vec<String>,
 }
 
-/// Runs the guest; its exit status becomes the process's.
+/// Runs the guest; its exit status becomes the process's. A component
+/// that uses the component model's async ABI (a guest of
+/// `tether:streams-async`, WASIp3) runs on the p3 runner, which has the
+/// Cranelift engine only.
 ///
-/// Errors: the file cannot be read or compiled, or the guest failed
-/// (trap, memory limit, runaway: the error names it).
+/// Errors: the file cannot be read or compiled, a p3 guest with another
+/// `--engine`, or the guest failed (trap, memory limit, runaway: the
+/// error names it).
 pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     let wasm =
         std::fs::read(&args.guest).with_context(|| format!("reading {}", args.guest.display()))?;
     let mut config = args.host.config();
     args.metrics.apply(&mut config.limits);
-    let runner = Runner::new(config, args.host.engine())?;
-    let component = runner
-        .compile(&wasm)
-        .with_context(|| format!("compiling {}", args.guest.display()))?;
     let name = args
         .guest
         .file_stem()
@@ -50,14 +49,57 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         .unwrap_or_default();
     let mut guest_args = vec![name];
     guest_args.extend(args.args);
-    let _metrics = match &args.metrics.metrics {
-        Some(addr) => Some(
-            serve_metrics(runner.host(), tether_host::net::bind(runner.host(), addr))
+    let runner = Runner::new(config.clone(), args.host.engine())?;
+    let compiled = runner.compile(&wasm);
+    if let Err(e) = &compiled
+        && uses_async_abi(e)
+    {
+        if !matches!(args.host.engine, crate::Engine::Wasmtime) {
+            bail!(
+                "{} is a WASIp3 guest (component model async): it runs on --engine wasmtime only",
+                args.guest.display()
+            );
+        }
+        drop(runner);
+        let runner = tether_host::p3::Runner::new(config)?;
+        let component = runner
+            .compile_cached(&wasm)
+            .with_context(|| format!("compiling {}", args.guest.display()))?;
+        let _metrics = serve_metrics_flag(runner.host(), &args.metrics)?;
+        return run_until_signal(
+            runner.host(),
+            runner.run(&component, &guest_args, GuestIo::Inherit),
+        )
+        .await;
+    }
+    let component = compiled.with_context(|| format!("compiling {}", args.guest.display()))?;
+    let _metrics = serve_metrics_flag(runner.host(), &args.metrics)?;
+    run_until_signal(
+        runner.host(),
+        runner.run(&component, &guest_args, GuestIo::Inherit),
+    )
+    .await
+}
+
+/// Whether compiling failed because the component uses the component
+/// model's async ABI, which the WASIp2 engines do not enable.
+fn uses_async_abi(e: &anyhow::Error) -> bool {
+    e.chain()
+        .any(|cause| cause.to_string().contains("component model async"))
+}
+
+/// The metrics server `--metrics` asks for, if any.
+fn serve_metrics_flag(
+    host: &Arc<tether_host::HostCtx>,
+    metrics: &crate::MetricsArgs,
+) -> anyhow::Result<Option<MetricsServer>> {
+    match &metrics.metrics {
+        Some(addr) => Ok(Some(
+            serve_metrics(host, tether_host::net::bind(host, addr))
                 .map_err(|e| anyhow::anyhow!("--metrics {addr}: {}", describe(&e)))?,
-        ),
-        None => None,
-    };
-    run_until_signal(&runner, &component, &guest_args).await
+        )),
+        None => Ok(None),
+    }
 }
 
 /// Serves `host`'s metrics at `/metrics` on `listener` (for `--metrics`),
@@ -83,11 +125,11 @@ pub fn serve_metrics(
 /// then exits 0 unless the guest trapped. A second signal exits at once
 /// with 128 + the signal number.
 pub async fn run_until_signal(
-    runner: &Runner,
-    component: &Component,
-    guest_args: &[String],
+    host: &Arc<tether_host::HostCtx>,
+    guest: impl std::future::Future<Output = tether_host::runner::Outcome>,
 ) -> anyhow::Result<ExitCode> {
-    let host = runner.host().clone();
+    let runner_host = host.clone();
+    let host = host.clone();
     let mut signals = Signals::install()?;
     let signals = tokio::spawn(async move {
         let first = signals.next().await;
@@ -100,9 +142,9 @@ pub async fn run_until_signal(
         errln!("tether: {second}: exiting now");
         std::process::exit(128 + second.number());
     });
-    let outcome = runner.run(component, guest_args, GuestIo::Inherit).await;
+    let outcome = guest.await;
     signals.abort();
-    if runner.host().is_shutting_down() {
+    if runner_host.is_shutting_down() {
         return match outcome.result {
             Ok(()) | Err(RunError::Exit(_)) => Ok(ExitCode::SUCCESS),
             Err(e @ RunError::ShutdownDeadline(_)) => {

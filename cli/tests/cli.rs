@@ -1,5 +1,6 @@
 //! The `tether` command line as a user runs it: exit codes of usage
-//! errors, and a running tunnel that outlives its log reader.
+//! errors, a running tunnel that outlives its log reader, and a listener
+//! out of descriptors.
 
 use std::io::{BufRead, BufReader, Read};
 use std::process::Stdio;
@@ -211,4 +212,112 @@ fn run_denies_the_unspecified_address_naming_the_loopback_rule() {
             "{dest}: stdout: {stdout}\nstderr: {stderr}"
         );
     }
+}
+
+/// A listener out of descriptors (EMFILE) backs off and logs at a bounded
+/// rate: peers that hold the process's descriptors cost a line or two, not
+/// one per retry (the red team of 2026-12-02 counted 450 lines in 25 s,
+/// one every 50 ms), and serving goes on once they leave.
+#[test]
+fn a_listener_out_of_descriptors_logs_a_few_lines_and_serves_on() {
+    let mut child = std::process::Command::new("sh")
+        .args([
+            "-c",
+            "ulimit -n 64 && exec \"$0\" \"$@\"",
+            env!("CARGO_BIN_EXE_tether"),
+            "run",
+            tether_guest_artifacts::ECHO_PATH,
+            "--listen",
+            "127.0.0.1:*",
+            "--",
+            "server",
+            "127.0.0.1:0",
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let lines = stderr_lines(&mut child);
+    let _running = Running(child);
+    let line = wait_for(&lines, "listening on");
+    let addr = line.rsplit(' ').next().unwrap().to_string();
+    // Connections that never send their upgrade request: the host holds a
+    // descriptor for each until its handshake deadline (10 s), so past
+    // about 40 of them every accept fails with EMFILE.
+    let held: Vec<std::net::TcpStream> = (0..100)
+        .map(|_| std::net::TcpStream::connect(&addr).unwrap())
+        .collect();
+    std::thread::sleep(Duration::from_secs(3));
+    let failures: Vec<String> = lines
+        .try_iter()
+        .filter(|l| l.contains("accept failed"))
+        .collect();
+    assert!(
+        !failures.is_empty(),
+        "the host never ran out of descriptors: the test proves nothing"
+    );
+    assert!(
+        failures.len() <= 2,
+        "{} accept-failure lines in 3 s:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+    drop(held);
+    // The peers left: the listener accepts again and serves.
+    let t0 = Instant::now();
+    let mut ws = loop {
+        let tcp = std::net::TcpStream::connect(&addr).unwrap();
+        tcp.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        match tungstenite::client(format!("ws://{addr}/"), tcp) {
+            Ok((ws, _)) => break ws,
+            Err(e) if t0.elapsed() < Duration::from_secs(10) => {
+                eprintln!("not served yet: {e}");
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            Err(e) => panic!("the listener never served again: {e}"),
+        }
+    };
+    ws.send(tungstenite::Message::text("after")).unwrap();
+    assert_eq!(ws.read().unwrap(), tungstenite::Message::text("after"));
+    wait_for(&lines, "accepting again");
+}
+
+/// `tether run` runs a WASIp3 guest (component model async,
+/// `tether:streams-async`) as it runs a WASIp2 one: it serves, and a
+/// SIGTERM ends it with status 0. Before, it failed to compile it ("async
+/// component functions require the component model async feature").
+#[test]
+fn run_serves_with_a_wasip3_guest() {
+    let (mut server, log) = Running::spawn(&[
+        "run",
+        tether_guest_artifacts::ECHO_P3_PATH,
+        "--listen",
+        "127.0.0.1:*",
+        "--",
+        "server",
+        "127.0.0.1:0",
+    ]);
+    let line = wait_for(&log, "listening on");
+    let addr = line.rsplit(' ').next().unwrap().to_string();
+    let tcp = std::net::TcpStream::connect(&addr).unwrap();
+    tcp.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let (mut ws, _) = tungstenite::client(format!("ws://{addr}/"), tcp).unwrap();
+    ws.send(tungstenite::Message::text("p3")).unwrap();
+    assert_eq!(ws.read().unwrap(), tungstenite::Message::text("p3"));
+    server.signal("TERM");
+    let (status, _) = server.exit_within(Duration::from_secs(10));
+    assert_eq!(status.code(), Some(0), "{}", rest(&log));
+    // Other engines have no async ABI: a clear error, not a parser dump.
+    let out = tether()
+        .args([
+            "run",
+            tether_guest_artifacts::ECHO_P3_PATH,
+            "--engine",
+            "wasmtime-winch",
+        ])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("WASIp3 guest"), "{err}");
 }

@@ -24,6 +24,17 @@ pub struct Limits {
     /// messages fills it too (at most 16,384 of them in 1 MiB). Default
     /// 1 MiB.
     pub inbound_buffer_bytes: usize,
+    /// Bytes of inbound WebSocket messages not yet complete (read off the
+    /// socket, the final frame not yet in) the host holds, summed over every
+    /// message stream of the host, accepted or not yet. Each stream reads its
+    /// first [`crate::websocket::ASSEMBLY_ALLOWANCE_BYTES`] (64 KiB) toward a
+    /// message outside this budget, so small messages never fail for what
+    /// other streams hold. A read that would take the sum past the budget
+    /// fails its stream: the peer gets close code 1013 (Try Again Later),
+    /// the guest `other`. A fragmented message is also refused (1009) as
+    /// soon as a fragment's header would take it past `max_message_bytes`,
+    /// before its payload is read (RFC 6455 section 10.4). Default 256 MiB.
+    pub max_assembling_bytes: usize,
     /// Outbound buffer per message stream, bytes. When full, `send` returns
     /// `would-block` and `subscribe-send` wakes the guest once there is room.
     /// Counted as the inbound buffer is (payload plus 64 bytes a message).
@@ -119,6 +130,7 @@ impl Default for Limits {
             max_message_bytes: 64 << 20,
             inbound_buffer_bytes: 1 << 20,
             outbound_buffer_bytes: 1 << 20,
+            max_assembling_bytes: 256 << 20,
             max_batch_messages: 1024,
             tcp_write_buffer_bytes: 256 << 10,
             tcp_read_chunk_bytes: 64 << 10,

@@ -106,6 +106,8 @@ pub struct Stats {
     peak_buffered: std::sync::atomic::AtomicUsize,
     peak_tcp_queued: std::sync::atomic::AtomicUsize,
     tcp_queued: std::sync::atomic::AtomicUsize,
+    assembling: std::sync::atomic::AtomicUsize,
+    peak_assembling: std::sync::atomic::AtomicUsize,
 }
 
 impl Stats {
@@ -152,6 +154,41 @@ impl Stats {
         use std::sync::atomic::Ordering::Relaxed;
         self.tcp_queued.fetch_add(added, Relaxed);
         self.peak_tcp_queued.fetch_max(queued, Relaxed);
+    }
+
+    /// Bytes of unfinished inbound WebSocket messages charged to the
+    /// host's `max_assembling_bytes` budget now (each stream's first
+    /// [`websocket::ASSEMBLY_ALLOWANCE_BYTES`] are not charged).
+    pub fn assembling_bytes(&self) -> usize {
+        self.assembling.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// The most bytes ever charged to the `max_assembling_bytes` budget at
+    /// once; at most the budget.
+    pub fn peak_assembling_bytes(&self) -> usize {
+        self.peak_assembling
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Charges `n` bytes to the assembling budget if the sum stays at most
+    /// `max`; false (nothing charged) otherwise.
+    pub(crate) fn try_add_assembling(&self, n: usize, max: usize) -> bool {
+        use std::sync::atomic::Ordering::Relaxed;
+        match self.assembling.fetch_update(Relaxed, Relaxed, |now| {
+            now.checked_add(n).filter(|&sum| sum <= max)
+        }) {
+            Ok(before) => {
+                self.peak_assembling.fetch_max(before + n, Relaxed);
+                true
+            }
+            Err(_) => false,
+        }
+    }
+
+    /// Releases `n` bytes charged with [`Stats::try_add_assembling`].
+    pub(crate) fn sub_assembling(&self, n: usize) {
+        self.assembling
+            .fetch_sub(n, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// Records that TCP output streams' write buffers released `n` bytes.
@@ -207,6 +244,10 @@ pub struct TetherCtx {
     /// The message streams handed to this guest (weak: the guest owns
     /// them), so that [`TetherCtx::fail_streams`] can reach them.
     streams: Vec<websocket::StreamHandle>,
+    /// `streams` is pruned of dropped streams when it reaches this length
+    /// (twice what the last pruning kept, at least 64): amortized O(1) a
+    /// stream, whatever the guest's churn.
+    prune_streams_at: usize,
     /// Table entries of `wasi:io` streams dropped before their pollables
     /// (see the drop rule in `ready.rs`), deleted once those are gone.
     orphans: Vec<ready::Orphan>,
@@ -225,6 +266,7 @@ impl TetherCtx {
             host,
             guest_id: metrics::GUEST_IDS.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
             streams: Vec::new(),
+            prune_streams_at: 64,
             orphans: Vec::new(),
             pending_calls: Arc::default(),
             aead_keys: 0,
@@ -247,8 +289,9 @@ impl TetherCtx {
     /// Remembers a stream handed to the guest; forgets dropped ones now and
     /// then, so a guest that accepts streams for days holds no growing list.
     pub(crate) fn track(&mut self, stream: websocket::StreamHandle) {
-        if self.streams.len() >= 64 && self.streams.len().is_power_of_two() {
+        if self.streams.len() >= self.prune_streams_at {
             self.streams.retain(websocket::StreamHandle::is_alive);
+            self.prune_streams_at = (self.streams.len() * 2).max(64);
         }
         self.streams.push(stream);
     }
@@ -307,5 +350,6 @@ pub fn add_to_linker<T: TetherView + 'static>(linker: &mut Linker<T>) -> wasmtim
     tcp::add_to_linker::<T, HasTether>(linker, T::tether)?;
     readiness::add_to_linker::<T, HasTether>(linker, T::tether)?;
     aead::add_to_linker::<T, HasTether>(linker, T::tether)?;
+    crate::websocket::lift::add_to_linker(linker)?;
     ready::add_stream_drops_to_linker(linker)
 }

@@ -502,12 +502,15 @@ async fn serve_loop(
 ) {
     let scrapes = Arc::new(tokio::sync::Semaphore::new(max_scrapes));
     let mut tasks = tokio::task::JoinSet::new();
+    let mut errors = crate::net::AcceptErrors::new("metrics");
     loop {
         let (mut tcp, peer) = match listener.accept().await {
-            Ok(accepted) => accepted,
+            Ok(accepted) => {
+                errors.accepted();
+                accepted
+            }
             Err(e) => {
-                tracing::warn!("metrics: accept failed: {e}");
-                tokio::time::sleep(Duration::from_millis(50)).await;
+                errors.failed(&e).await;
                 continue;
             }
         };

@@ -184,9 +184,96 @@ pub fn accepted(stream: &TcpStream) -> io::Result<()> {
     stream.set_nodelay(true)
 }
 
+/// How long a listener waits after a failed accept (EMFILE, ENFILE,
+/// ENOBUFS: not a dead listener) before it tries again, so it never spins.
+pub(crate) const ACCEPT_BACKOFF: std::time::Duration = std::time::Duration::from_millis(50);
+
+/// At most one log line of each kind (accepts failing, accepting again)
+/// per this interval while a listener's accepts keep failing.
+pub const ACCEPT_ERROR_LOG_INTERVAL: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// A listener's failed accepts, logged at a bounded rate: the first
+/// failure at once, then at most one line per [`ACCEPT_ERROR_LOG_INTERVAL`]
+/// with the count of failures since the last line, and at most one line
+/// per interval when accepts work again (both warn). A peer that holds the
+/// process's descriptors, or frees and retakes them one at a time, costs
+/// two lines per 10 s, not one per retry.
+pub(crate) struct AcceptErrors {
+    /// Who accepts, for the log ("WebSocket listener", "metrics").
+    what: &'static str,
+    /// Failures since the last accept that worked.
+    failures: u64,
+    /// Failures no line reported yet.
+    unreported: u64,
+    last_failure_line: Option<std::time::Instant>,
+    last_recovery_line: Option<std::time::Instant>,
+}
+
+/// Whether a line last written at `last` may be written at `now`.
+fn line_due(last: Option<std::time::Instant>, now: std::time::Instant) -> bool {
+    last.is_none_or(|t| now.duration_since(t) >= ACCEPT_ERROR_LOG_INTERVAL)
+}
+
+impl AcceptErrors {
+    pub(crate) fn new(what: &'static str) -> AcceptErrors {
+        AcceptErrors {
+            what,
+            failures: 0,
+            unreported: 0,
+            last_failure_line: None,
+            last_recovery_line: None,
+        }
+    }
+
+    /// Records a failed accept at `now`; returns the failures the line due
+    /// now reports (`None`: no line is due).
+    fn record_failure(&mut self, now: std::time::Instant) -> Option<u64> {
+        self.failures += 1;
+        self.unreported += 1;
+        line_due(self.last_failure_line, now).then(|| {
+            self.last_failure_line = Some(now);
+            std::mem::take(&mut self.unreported)
+        })
+    }
+
+    /// Records an accept that worked at `now`; returns the failures before
+    /// it when a recovery line is due.
+    fn record_accept(&mut self, now: std::time::Instant) -> Option<u64> {
+        let failures = std::mem::take(&mut self.failures);
+        (failures > 0 && line_due(self.last_recovery_line, now)).then(|| {
+            self.last_recovery_line = Some(now);
+            failures
+        })
+    }
+
+    /// Logs `e` if a line is due, then backs off [`ACCEPT_BACKOFF`].
+    pub(crate) async fn failed(&mut self, e: &io::Error) {
+        if let Some(n) = self.record_failure(std::time::Instant::now()) {
+            let what = self.what;
+            if n == 1 {
+                tracing::warn!("{what}: accept failed: {e} (retrying every 50 ms)");
+            } else {
+                tracing::warn!("{what}: accept failed {n} times since the last report: {e}");
+            }
+        }
+        tokio::time::sleep(ACCEPT_BACKOFF).await;
+    }
+
+    /// An accept worked.
+    pub(crate) fn accepted(&mut self) {
+        if self.failures > 0
+            && let Some(n) = self.record_accept(std::time::Instant::now())
+        {
+            let what = self.what;
+            tracing::warn!("{what}: accepting again after {n} failed accepts");
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::{Duration, Instant};
 
     #[test]
     fn host_port_forms() {
@@ -223,5 +310,30 @@ mod tests {
                 "{bad}"
             );
         }
+    }
+
+    #[test]
+    fn accept_failures_are_logged_once_per_interval() {
+        let mut errors = AcceptErrors::new("test");
+        let t0 = Instant::now();
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
+        // 30 s of failures, one per backoff.
+        let lines: Vec<u64> = (0..600)
+            .filter_map(|i| errors.record_failure(at(50 * i)))
+            .collect();
+        assert_eq!(
+            lines,
+            vec![1, 200, 200],
+            "one line at once, then one per 10 s"
+        );
+        assert_eq!(errors.record_accept(at(30_000)), Some(600));
+        // Descriptors freed and retaken one at a time: failures and
+        // accepts alternate, and each kind of line stays at one per 10 s.
+        let (mut failure_lines, mut recovery_lines) = (0, 0);
+        for i in 0..390u64 {
+            failure_lines += errors.record_failure(at(30_050 + 50 * i)).is_some() as u32;
+            recovery_lines += errors.record_accept(at(30_075 + 50 * i)).is_some() as u32;
+        }
+        assert_eq!((failure_lines, recovery_lines), (2, 1), "over 19.5 s");
     }
 }

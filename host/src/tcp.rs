@@ -648,20 +648,19 @@ impl Drop for ByteListener {
 }
 
 async fn accept_loop(listener: tokio::net::TcpListener, queue: Arc<AcceptQueue<TcpStream>>) {
+    let mut errors = net::AcceptErrors::new("TCP listener");
     loop {
         queue.room().await;
         match listener.accept().await {
             Ok((tcp, peer)) => {
+                errors.accepted();
                 if let Err(e) = net::accepted(&tcp) {
                     tracing::warn!(%peer, "TCP_NODELAY failed: {e}");
                     continue;
                 }
                 queue.push(tcp);
             }
-            Err(e) => {
-                tracing::warn!("accept failed: {e}");
-                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-            }
+            Err(e) => errors.failed(&e).await,
         }
     }
 }

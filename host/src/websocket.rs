@@ -46,6 +46,7 @@ use crate::metrics::{Direction, HandshakeFailure, Interface};
 use crate::ready::{Pending, Signal, pollable};
 use crate::{HostCtx, TetherCtxView, net};
 
+pub mod lift;
 mod upgrade;
 
 /// Sends written straight to the socket between two guest yields; later
@@ -84,6 +85,17 @@ pub const CLOSE_GOING_AWAY: u16 = 1001;
 /// bound on queued control replies (RFC 6455 section 5.5.3 lets a host
 /// answer only the latest ping, tungstenite answers each).
 pub const PONG_DEBT_BYTES: usize = 16 * 1024;
+
+/// Bytes one message stream reads off its socket toward a message not yet
+/// complete before it draws on the host's `max_assembling_bytes` budget
+/// (see [`crate::config::Limits::max_assembling_bytes`]): messages up to
+/// about this size never fail for what other streams hold.
+pub const ASSEMBLY_ALLOWANCE_BYTES: usize = 64 * 1024;
+
+/// Close code "Try Again Later" (IANA WebSocket close code registry): the
+/// host failed the connection because it holds `max_assembling_bytes` of
+/// unfinished inbound messages already.
+pub const CLOSE_TRY_AGAIN_LATER: u16 = 1013;
 
 /// The tungstenite configuration for a stream under `limits`: messages and
 /// frames up to `max_message_bytes`, a write buffer bounded to one maximal
@@ -136,7 +148,7 @@ struct State {
     inline_sent: u8,
 }
 
-struct Shared {
+pub(crate) struct Shared {
     state: Mutex<State>,
     max_message: usize,
     inbound_limit: usize,
@@ -322,6 +334,107 @@ impl Shared {
         });
     }
 
+    /// Queues the longest prefix of `offered` that fits, in order, copying
+    /// each message only once it is admitted, and returns its length (at
+    /// most `max_batch_messages`); see the WIT `send-many` for the errors.
+    /// The burst goes to tungstenite and the socket with one flush. The
+    /// outer error is a failure to read an offered message (a trap).
+    pub(crate) fn send_offered<'a>(
+        &self,
+        offered: impl Iterator<Item = wasmtime::Result<Offered<'a>>>,
+    ) -> wasmtime::Result<Result<u32, ErrorCode>> {
+        let mut st = self.lock();
+        let idle = self.writer_idle(&st);
+        let mut taken = 0u32;
+        for message in offered.take(self.max_batch) {
+            let message = message?;
+            match self.admit(&mut st, message.len()) {
+                Ok(()) => self.queue_data(&mut st, message.into_message()),
+                Err(e) if taken == 0 => return Ok(Err(e)),
+                // The next call reports it (or takes it, once there is
+                // room: `blocked_len` holds its size for the pollable).
+                Err(_) => break,
+            }
+            taken += 1;
+        }
+        if taken == 0 {
+            return Ok(Ok(0));
+        }
+        Ok(self.flush_burst(st, idle).map(|()| taken))
+    }
+
+    /// After messages were queued: when the writer task was idle before
+    /// them (`idle`) and this burst has not used up its inline writes, the
+    /// first sends after the guest yielded write from here and save a task
+    /// hop on every round trip; otherwise the writer task takes them.
+    fn flush_burst(&self, mut st: MutexGuard<'_, State>, idle: bool) -> Result<(), ErrorCode> {
+        let inline = idle && st.inline_sent < INLINE_SENDS_PER_YIELD;
+        if inline {
+            st.inline_sent += 1;
+        }
+        drop(st);
+        self.outbound_work.wake();
+        if !inline {
+            return Ok(());
+        }
+        if let Err(e) = self.write_now() {
+            let code = classify(e);
+            self.lock().write_error = Some(code.clone());
+            self.writable.wake();
+            self.inbound_room.wake();
+            return Err(code);
+        }
+        Ok(())
+    }
+
+    /// Hands the queued data messages to tungstenite and flushes once,
+    /// without waiting: whatever would wait (socket full, the sink busy in
+    /// the writer task) is left to the writer task, already woken. Stops
+    /// at a close frame, which only the writer task sends.
+    fn write_now(&self) -> Result<(), tungstenite::Error> {
+        let Ok(mut sink) = self.sink.try_lock() else {
+            return Ok(());
+        };
+        let Some(sink) = sink.as_mut() else {
+            return Err(tungstenite::Error::AlreadyClosed);
+        };
+        let mut cx = Context::from_waker(Waker::noop());
+        // A noop waker may replace the writer task's socket waker; the
+        // writer task was idle (nothing queued, nothing to flush), and it
+        // was woken explicitly before this, so it polls again with its own.
+        loop {
+            let message = {
+                let mut st = self.lock();
+                if !matches!(
+                    st.outbound.front(),
+                    Some(WsMessage::Text(_) | WsMessage::Binary(_))
+                ) {
+                    break;
+                }
+                match sink.as_mut().poll_ready(&mut cx) {
+                    Poll::Ready(Ok(())) => {}
+                    Poll::Ready(Err(e)) => return Err(e),
+                    Poll::Pending => {
+                        st.flush_pending = true;
+                        return Ok(());
+                    }
+                }
+                let m = st.outbound.pop_front().expect("checked above");
+                let len = queued_len(m.len());
+                st.outbound_bytes -= len;
+                self.stats.sub_buffered(len);
+                m
+            };
+            sink.as_mut().start_send(message)?;
+        }
+        match sink.as_mut().poll_flush(&mut cx) {
+            Poll::Ready(Ok(())) => {}
+            Poll::Ready(Err(e)) => return Err(e),
+            Poll::Pending => self.lock().flush_pending = true,
+        }
+        Ok(())
+    }
+
     fn can_receive(&self) -> bool {
         let st = self.lock();
         !st.inbound.is_empty() || st.read_end.is_some() || st.dropped
@@ -365,6 +478,34 @@ fn queued_len(payload: usize) -> usize {
     payload + QUEUED_MESSAGE_OVERHEAD
 }
 
+/// A message offered to `send-many`: owned, or still in the guest's
+/// memory and copied only once the host takes it.
+pub(crate) enum Offered<'a> {
+    Owned(Message),
+    Text(std::borrow::Cow<'a, str>),
+    Binary(&'a [u8]),
+}
+
+impl Offered<'_> {
+    /// Payload bytes.
+    fn len(&self) -> usize {
+        match self {
+            Offered::Owned(m) => message_len(m),
+            Offered::Text(t) => t.len(),
+            Offered::Binary(b) => b.len(),
+        }
+    }
+
+    /// The message, copied out of guest memory if it is still there.
+    fn into_message(self) -> Message {
+        match self {
+            Offered::Owned(m) => m,
+            Offered::Text(t) => Message::Text(t.into_owned()),
+            Offered::Binary(b) => Message::Binary(b.to_vec()),
+        }
+    }
+}
+
 fn message_len(m: &Message) -> usize {
     match m {
         Message::Text(t) => t.len(),
@@ -388,7 +529,7 @@ impl MessageStream {
     /// Without the socket, a stream whose linger ends is closed without a
     /// reset (the kernel may keep sending what it holds).
     pub fn start<S>(
-        ws: WebSocketStream<S>,
+        ws: WebSocketStream<Metered<S>>,
         host: &HostCtx,
         subprotocol: Option<String>,
         peer: SocketAddr,
@@ -404,7 +545,7 @@ impl MessageStream {
     /// [`MessageStream::start`] for a stream over the TCP socket `socket`
     /// (its descriptor), which the host resets when the linger ends.
     fn start_on<S>(
-        ws: WebSocketStream<S>,
+        mut ws: WebSocketStream<Metered<S>>,
         socket: Option<std::os::fd::RawFd>,
         host: &HostCtx,
         subprotocol: Option<String>,
@@ -416,6 +557,13 @@ impl MessageStream {
         S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     {
         let limits = &host.config.limits;
+        let assembly = Arc::new(Assembly {
+            held: Default::default(),
+            charged: Default::default(),
+            budget: limits.max_assembling_bytes,
+            stats: host.stats.clone(),
+        });
+        ws.get_mut().assembly = Some(assembly.clone());
         let (sink, stream) = ws.split();
         let shared = Arc::new_cyclic(|me| Shared {
             linger: limits.linger_timeout,
@@ -442,7 +590,8 @@ impl MessageStream {
         host.lifecycle.register(Arc::downgrade(&shared) as _);
         let span = tracing::info_span!("connection", interface = "websocket", %peer, direction = direction.as_str());
         use tracing::Instrument;
-        let reader = tokio::spawn(read_loop(stream, shared.clone()).instrument(span.clone()));
+        let reader =
+            tokio::spawn(read_loop(stream, shared.clone(), assembly).instrument(span.clone()));
         *shared.reader.lock().unwrap() = Some(reader.abort_handle());
         let writer = tokio::spawn(write_loop(shared.clone()).instrument(span));
         *shared.writer.lock().unwrap() = Some(writer.abort_handle());
@@ -460,7 +609,7 @@ impl MessageStream {
         let idle = self.shared.writer_idle(&st);
         self.shared.admit(&mut st, message_len(&message))?;
         self.shared.queue_data(&mut st, message);
-        self.flush_burst(st, idle)
+        self.shared.flush_burst(st, idle)
     }
 
     /// Queues the longest prefix of `messages` that fits, in order, and
@@ -468,96 +617,15 @@ impl MessageStream {
     /// `send-many` for the errors. The burst goes to tungstenite and the
     /// socket with one flush.
     pub fn send_many(&self, messages: Vec<Message>) -> Result<u32, ErrorCode> {
-        if messages.is_empty() {
-            return Ok(0);
-        }
-        let mut st = self.shared.lock();
-        let idle = self.shared.writer_idle(&st);
-        let mut taken = 0u32;
-        for message in messages.into_iter().take(self.shared.max_batch) {
-            match self.shared.admit(&mut st, message_len(&message)) {
-                Ok(()) => self.shared.queue_data(&mut st, message),
-                Err(e) if taken == 0 => return Err(e),
-                // The next call reports it (or takes it, once there is
-                // room: `blocked_len` holds its size for the pollable).
-                Err(_) => break,
-            }
-            taken += 1;
-        }
-        self.flush_burst(st, idle)?;
-        Ok(taken)
+        self.shared
+            .send_offered(messages.into_iter().map(|m| Ok(Offered::Owned(m))))
+            .expect("owned messages never fail to read")
     }
 
-    /// After messages were queued: when the writer task was idle before
-    /// them (`idle`) and this burst has not used up its inline writes, the
-    /// first sends after the guest yielded write from here and save a task
-    /// hop on every round trip; otherwise the writer task takes them.
-    fn flush_burst(&self, mut st: MutexGuard<'_, State>, idle: bool) -> Result<(), ErrorCode> {
-        let inline = idle && st.inline_sent < INLINE_SENDS_PER_YIELD;
-        if inline {
-            st.inline_sent += 1;
-        }
-        drop(st);
-        self.shared.outbound_work.wake();
-        if !inline {
-            return Ok(());
-        }
-        if let Err(e) = self.write_now() {
-            let code = classify(e);
-            self.shared.lock().write_error = Some(code.clone());
-            self.shared.writable.wake();
-            self.shared.inbound_room.wake();
-            return Err(code);
-        }
-        Ok(())
-    }
-
-    /// Hands the queued data messages to tungstenite and flushes once,
-    /// without waiting: whatever would wait (socket full, the sink busy in
-    /// the writer task) is left to the writer task, already woken. Stops
-    /// at a close frame, which only the writer task sends.
-    fn write_now(&self) -> Result<(), tungstenite::Error> {
-        let Ok(mut sink) = self.shared.sink.try_lock() else {
-            return Ok(());
-        };
-        let Some(sink) = sink.as_mut() else {
-            return Err(tungstenite::Error::AlreadyClosed);
-        };
-        let mut cx = Context::from_waker(Waker::noop());
-        // A noop waker may replace the writer task's socket waker; the
-        // writer task was idle (nothing queued, nothing to flush), and it
-        // was woken explicitly before this, so it polls again with its own.
-        loop {
-            let message = {
-                let mut st = self.shared.lock();
-                if !matches!(
-                    st.outbound.front(),
-                    Some(WsMessage::Text(_) | WsMessage::Binary(_))
-                ) {
-                    break;
-                }
-                match sink.as_mut().poll_ready(&mut cx) {
-                    Poll::Ready(Ok(())) => {}
-                    Poll::Ready(Err(e)) => return Err(e),
-                    Poll::Pending => {
-                        st.flush_pending = true;
-                        return Ok(());
-                    }
-                }
-                let m = st.outbound.pop_front().expect("checked above");
-                let len = queued_len(m.len());
-                st.outbound_bytes -= len;
-                self.shared.stats.sub_buffered(len);
-                m
-            };
-            sink.as_mut().start_send(message)?;
-        }
-        match sink.as_mut().poll_flush(&mut cx) {
-            Poll::Ready(Ok(())) => {}
-            Poll::Ready(Err(e)) => return Err(e),
-            Poll::Pending => self.shared.lock().flush_pending = true,
-        }
-        Ok(())
+    /// The stream's shared state, for `send-many`'s lazy lift (which must
+    /// let go of the resource table before it reads guest memory).
+    pub(crate) fn sender(&self) -> Arc<Shared> {
+        self.shared.clone()
     }
 
     /// Takes the next message; see the WIT `receive`.
@@ -795,6 +863,7 @@ fn failure_close(e: &tungstenite::Error) -> Option<(u16, String)> {
     match e {
         E::Utf8(_) => Some((CLOSE_INVALID_DATA, "invalid UTF-8".into())),
         E::Capacity(_) => Some((CLOSE_TOO_BIG, "message too big".into())),
+        E::Io(_) if is_budget_full(e) => Some((CLOSE_TRY_AGAIN_LATER, "try again later".into())),
         E::Protocol(P::ResetWithoutClosingHandshake) => None,
         E::Protocol(p) => Some((CLOSE_PROTOCOL_ERROR, truncate_reason(p.to_string()))),
         _ => None,
@@ -812,8 +881,11 @@ fn truncate_reason(mut reason: String) -> String {
     reason
 }
 
-async fn read_loop<S>(mut rx: SplitStream<WebSocketStream<S>>, shared: Arc<Shared>)
-where
+async fn read_loop<S>(
+    mut rx: SplitStream<WebSocketStream<S>>,
+    shared: Arc<Shared>,
+    assembly: Arc<Assembly>,
+) where
     S: AsyncRead + AsyncWrite + Unpin,
 {
     let end = loop {
@@ -829,6 +901,9 @@ where
             })
             .await;
         let item = rx.next().await;
+        if matches!(item, Some(Ok(_))) {
+            assembly.delivered();
+        }
         {
             let mut st = shared.lock();
             let message = match item {
@@ -889,6 +964,9 @@ where
                         tungstenite::Error::Capacity(_) => {
                             ErrorCode::MessageTooLarge(shared.max_message as u64)
                         }
+                        tungstenite::Error::Io(io) if is_budget_io(&io) => {
+                            ErrorCode::Other(io.to_string())
+                        }
                         e => classify(e),
                     };
                 }
@@ -906,6 +984,7 @@ where
     // The read half goes first; the writer task drops the write half once
     // it has sent what it must, and the TCP connection closes.
     drop(rx);
+    assembly.delivered();
     let mut st = shared.lock();
     if st.close_info.is_none() {
         shared.metrics.close_code(false, CLOSE_ABNORMAL);
@@ -1162,6 +1241,7 @@ pub async fn dial(
         } else {
             MaybeTlsStream::Plain(tcp)
         };
+        let stream = Metered::new(stream);
         tokio_tungstenite::client_async_with_config(request, stream, Some(ws_config(limits)))
             .await
             .map_err(handshake_error)
@@ -1234,49 +1314,129 @@ const REFUSED_BUSY: &[u8] =
 /// Answer to a request head over [`MAX_REQUEST_HEAD_BYTES`].
 const REFUSED_HEAD_TOO_LONG: &[u8] = b"HTTP/1.1 431 Request Header Fields Too Large\r\nConnection: close\r\nContent-Length: 0\r\n\r\n";
 
-/// Reads the client's HTTP request head, up to and including the blank
-/// line (RFC 9112 section 2.1), plus whatever came in the same reads.
-/// Errors: the peer closed first, or the head is over
-/// [`MAX_REQUEST_HEAD_BYTES`] (`InvalidData`).
-async fn read_request_head(tcp: &mut TcpStream) -> std::io::Result<Vec<u8>> {
-    use tokio::io::AsyncReadExt;
-    let mut head = Vec::with_capacity(1024);
-    let mut chunk = [0u8; 2048];
-    loop {
-        let n = tcp.read(&mut chunk).await?;
-        if n == 0 {
-            return Err(std::io::ErrorKind::UnexpectedEof.into());
+/// What one message stream read off its socket toward messages not yet
+/// complete, charged to the host's `max_assembling_bytes` budget past
+/// [`ASSEMBLY_ALLOWANCE_BYTES`]. The transport ([`Metered`]) counts every
+/// byte tungstenite reads; the reader task resets the count whenever
+/// tungstenite hands it a message or a control frame, so the count is what
+/// tungstenite holds toward the next one (plus at most the rest of one
+/// socket read, [`READ_BUFFER_BYTES`], of what follows).
+struct Assembly {
+    /// Bytes read since tungstenite last handed over a message or frame.
+    held: std::sync::atomic::AtomicUsize,
+    /// The part of `held` charged to the budget.
+    charged: std::sync::atomic::AtomicUsize,
+    /// `max_assembling_bytes`.
+    budget: usize,
+    stats: Arc<crate::Stats>,
+}
+
+/// The error a [`Metered`] read returns when the host's
+/// `max_assembling_bytes` budget has no room for it.
+#[derive(Debug)]
+struct AssemblyBudgetFull(usize);
+
+impl std::fmt::Display for AssemblyBudgetFull {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "the host holds {} bytes of unfinished inbound messages already (limit max_assembling_bytes)",
+            self.0
+        )
+    }
+}
+
+impl std::error::Error for AssemblyBudgetFull {}
+
+/// Whether `e` is a read refused for the `max_assembling_bytes` budget.
+fn is_budget_full(e: &tungstenite::Error) -> bool {
+    matches!(e, tungstenite::Error::Io(io) if is_budget_io(io))
+}
+
+/// Whether `io` is [`AssemblyBudgetFull`].
+fn is_budget_io(io: &std::io::Error) -> bool {
+    io.get_ref()
+        .is_some_and(|inner| inner.is::<AssemblyBudgetFull>())
+}
+
+impl Assembly {
+    /// Counts `n` bytes just read; charges what is past the allowance.
+    /// Errors: the budget has no room (the stream fails with 1013).
+    fn read(&self, n: usize) -> std::io::Result<()> {
+        use std::sync::atomic::Ordering::Relaxed;
+        let held = self.held.fetch_add(n, Relaxed) + n;
+        let charged = self.charged.load(Relaxed);
+        let need = held
+            .saturating_sub(ASSEMBLY_ALLOWANCE_BYTES)
+            .saturating_sub(charged);
+        if need > 0 {
+            if !self.stats.try_add_assembling(need, self.budget) {
+                return Err(std::io::Error::other(AssemblyBudgetFull(self.budget)));
+            }
+            self.charged.store(charged + need, Relaxed);
         }
-        let from = head.len().saturating_sub(3);
-        head.extend_from_slice(&chunk[..n]);
-        if head[from..].windows(4).any(|w| w == b"\r\n\r\n") {
-            return Ok(head);
-        }
-        if head.len() >= MAX_REQUEST_HEAD_BYTES {
-            return Err(std::io::Error::new(
-                std::io::ErrorKind::InvalidData,
-                format!("request head over {MAX_REQUEST_HEAD_BYTES} bytes"),
-            ));
+        Ok(())
+    }
+
+    /// tungstenite handed over a message or control frame (or the stream
+    /// ended): what was read is no longer an unfinished message.
+    fn delivered(&self) {
+        use std::sync::atomic::Ordering::Relaxed;
+        self.held.store(0, Relaxed);
+        let charged = self.charged.swap(0, Relaxed);
+        if charged > 0 {
+            self.stats.sub_assembling(charged);
         }
     }
 }
 
-/// A stream that first yields bytes already read from `inner` (the
-/// request head the listener read before the upgrade), then reads `inner`;
-/// writes go to `inner`.
-struct Prefixed<S> {
+impl Drop for Assembly {
+    fn drop(&mut self) {
+        self.delivered();
+    }
+}
+
+/// A WebSocket transport whose reads count toward the host's
+/// `max_assembling_bytes` budget once [`MessageStream::start`] installs
+/// the stream's [`Assembly`] (after the opening handshake); writes pass
+/// through. Wrap the transport before the handshake:
+/// `client_async_with_config(request, Metered::new(tcp), ...)`. A
+/// listener's wrapper first replays the request head it read itself.
+pub struct Metered<S> {
+    /// Bytes read from `inner` before (a listener's request head), yielded
+    /// first; `pos` of them are.
     head: Vec<u8>,
     pos: usize,
     inner: S,
+    assembly: Option<Arc<Assembly>>,
 }
 
-impl<S: AsyncRead + Unpin> AsyncRead for Prefixed<S> {
+impl<S> Metered<S> {
+    /// `inner`, not counted until a stream starts on it.
+    pub fn new(inner: S) -> Metered<S> {
+        Metered::with_head(Vec::new(), inner)
+    }
+
+    /// `inner`, whose first bytes (`head`, a request head the listener
+    /// read before the upgrade) were read already: reads yield them first.
+    fn with_head(head: Vec<u8>, inner: S) -> Metered<S> {
+        Metered {
+            head,
+            pos: 0,
+            inner,
+            assembly: None,
+        }
+    }
+}
+
+impl<S: AsyncRead + Unpin> AsyncRead for Metered<S> {
     fn poll_read(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         buf: &mut tokio::io::ReadBuf<'_>,
     ) -> Poll<std::io::Result<()>> {
         let this = &mut *self;
+        let before = buf.filled().len();
         if this.pos < this.head.len() {
             let n = buf.remaining().min(this.head.len() - this.pos);
             buf.put_slice(&this.head[this.pos..this.pos + n]);
@@ -1285,13 +1445,17 @@ impl<S: AsyncRead + Unpin> AsyncRead for Prefixed<S> {
                 this.head = Vec::new();
                 this.pos = 0;
             }
-            return Poll::Ready(Ok(()));
+        } else {
+            ready!(Pin::new(&mut this.inner).poll_read(cx, buf))?;
         }
-        Pin::new(&mut this.inner).poll_read(cx, buf)
+        if let Some(assembly) = &this.assembly {
+            assembly.read(buf.filled().len() - before)?;
+        }
+        Poll::Ready(Ok(()))
     }
 }
 
-impl<S: AsyncWrite + Unpin> AsyncWrite for Prefixed<S> {
+impl<S: AsyncWrite + Unpin> AsyncWrite for Metered<S> {
     fn poll_write(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -1318,6 +1482,33 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Prefixed<S> {
 
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
         Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
+/// Reads the client's HTTP request head, up to and including the blank
+/// line (RFC 9112 section 2.1), plus whatever came in the same reads.
+/// Errors: the peer closed first, or the head is over
+/// [`MAX_REQUEST_HEAD_BYTES`] (`InvalidData`).
+async fn read_request_head(tcp: &mut TcpStream) -> std::io::Result<Vec<u8>> {
+    use tokio::io::AsyncReadExt;
+    let mut head = Vec::with_capacity(1024);
+    let mut chunk = [0u8; 2048];
+    loop {
+        let n = tcp.read(&mut chunk).await?;
+        if n == 0 {
+            return Err(std::io::ErrorKind::UnexpectedEof.into());
+        }
+        let from = head.len().saturating_sub(3);
+        head.extend_from_slice(&chunk[..n]);
+        if head[from..].windows(4).any(|w| w == b"\r\n\r\n") {
+            return Ok(head);
+        }
+        if head.len() >= MAX_REQUEST_HEAD_BYTES {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                format!("request head over {MAX_REQUEST_HEAD_BYTES} bytes"),
+            ));
+        }
     }
 }
 
@@ -1378,11 +1569,7 @@ async fn accept_one(
         Ok(response)
     };
     let socket = std::os::fd::AsRawFd::as_raw_fd(&tcp);
-    let stream = Prefixed {
-        head,
-        pos: 0,
-        inner: tcp,
-    };
+    let stream = Metered::with_head(head, tcp);
     let handshake =
         tokio_tungstenite::accept_hdr_async_with_config(stream, callback, Some(ws_config(limits)));
     let stream = match tokio::time::timeout(limits.handshake_timeout, handshake).await {
@@ -1433,6 +1620,7 @@ async fn accept_loop(
 ) {
     let max_handshakes = ctx.config.limits.max_handshakes_per_listener.max(1);
     let mut handshakes = tokio::task::JoinSet::new();
+    let mut errors = net::AcceptErrors::new("WebSocket listener");
     loop {
         let accepted = tokio::select! {
             Some(_) = handshakes.join_next(), if !handshakes.is_empty() => continue,
@@ -1442,11 +1630,13 @@ async fn accept_loop(
             } => accepted,
         };
         let (tcp, peer) = match accepted {
-            Ok(accepted) => accepted,
+            Ok(accepted) => {
+                errors.accepted();
+                accepted
+            }
             Err(e) => {
                 // EMFILE and friends are not a dead listener: back off.
-                tracing::warn!("accept failed: {e}");
-                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                errors.failed(&e).await;
                 continue;
             }
         };

@@ -37,12 +37,20 @@
 //! probe tcp-backlog ADDR WAIT_MS N     listen, accept nothing for WAIT_MS, then accept N
 //! probe ws-backlog ADDR WAIT_MS N      the same with a WebSocket listener
 //! probe fail-holding URL exit|trap|memory   connect, then fail that way holding the stream
+//! probe send-many-aliased URL COUNT BYTES  call `send-many` through the raw canonical ABI with
+//!                                      COUNT messages that all point at one BYTES-byte buffer;
+//!                                      print `ok took N` or `error tag T`
+//! probe connect-aliased URL COUNT BYTES  call `connect` through the raw ABI with COUNT headers
+//!                                      whose names and values all point at one BYTES-byte string;
+//!                                      print `ok connecting` or `error tag T`
 //! probe aead                           host AEAD (`tether:streams/aead`): RFC 9001 A.5, then
 //!                                      hostile inputs (forged tag, oversized payload, wrong key
 //!                                      and nonce lengths, keys until refused), one line each
 //! ```
 
 use std::process::ExitCode;
+
+mod aliased;
 
 use tether_guest_sdk::{self as sdk, ErrorCode, ListenOptions, Message, StreamError, websocket};
 
@@ -89,6 +97,8 @@ fn main() -> ExitCode {
         "tcp-backlog" => tcp_backlog(arg(2), num(3) as u64, num(4)),
         "ws-backlog" => ws_backlog(arg(2), num(3) as u64, num(4)),
         "fail-holding" => fail_holding(arg(2), arg(3)),
+        "send-many-aliased" => aliased::send_many(arg(2), num(3), num(4)),
+        "connect-aliased" => aliased::connect(arg(2), num(3), num(4)),
         "aead" => {
             aead();
             Ok(())

@@ -138,3 +138,64 @@ async fn memory_limit_stops_the_guest_with_a_clear_error() {
     let out = probe(&runner, &["alloc", "16"]).await;
     assert!(out.success(), "{}", show(&out));
 }
+
+/// Lists whose elements alias: 1,000 `send-many` messages that all point
+/// at one 1 MiB buffer ask the host to copy 1,000 MiB out of a guest that
+/// holds about 1 MiB. The host reads each element's length before its
+/// payload and copies only what it takes: the first message (the 1 MiB
+/// outbound buffer is then full), `ok took 1`. Before, the canonical ABI
+/// lifted the whole list first, and wasmtime trapped the guest when the
+/// copy passed its 128 MiB hostcall fuel (under that, the host copied it
+/// all: 100 such messages cost the host 100 MiB for one call).
+#[tokio::test(flavor = "current_thread")]
+async fn send_many_copies_only_what_it_takes_from_an_aliased_list() {
+    let addr = ws_server(|ws| async move {
+        // Holds the connection, never reads.
+        tokio::time::sleep(Duration::from_secs(30)).await;
+        drop(ws);
+    });
+    let runner = runner(local_config());
+    let url = format!("ws://{addr}/");
+    let out = probe(&runner, &["send-many-aliased", &url, "1000", "1048576"]).await;
+    assert!(out.success(), "{}", show(&out));
+    assert!(out.stdout_text().contains("ok took 1\n"), "{}", show(&out));
+}
+
+/// The option lists of `connect` (and `listen`) are bounded before they
+/// are copied: 10,000 headers that all point at one 1 MiB string get
+/// `invalid-argument` (at most 64 entries), and so do 8 such headers (at
+/// most 16 KiB of options in all). Before, the host lifted them whole: the
+/// first trapped the guest on wasmtime's hostcall fuel, the second cost
+/// the host 16 MiB for one call.
+#[tokio::test(flavor = "current_thread")]
+async fn connect_options_are_bounded_before_they_are_copied() {
+    let runner = runner(local_config());
+    // invalid-argument is case 10 of error-code.
+    for count in ["10000", "8"] {
+        let out = probe(
+            &runner,
+            &["connect-aliased", "ws://127.0.0.1:9/", count, "1048576"],
+        )
+        .await;
+        assert!(out.success(), "{count} headers: {}", show(&out));
+        assert!(
+            out.stdout_text().contains("error tag 10\n"),
+            "{count} headers: {}",
+            show(&out)
+        );
+    }
+    // Within the bounds the options go through (the dial then fails:
+    // nothing listens on port 9, and the policy may deny it; either way
+    // `connect` itself returns the future).
+    let out = probe(
+        &runner,
+        &["connect-aliased", "ws://127.0.0.1:9/", "4", "16"],
+    )
+    .await;
+    assert!(out.success(), "{}", show(&out));
+    assert!(
+        out.stdout_text().contains("ok connecting"),
+        "{}",
+        show(&out)
+    );
+}

@@ -51,6 +51,14 @@ fn length_with_top_bit(mask: bool) -> Vec<u8> {
     out
 }
 
+/// The header of a frame declaring `len` payload bytes (`len` over 8),
+/// and the first 8 of them: the rest never follows, so a host that waits
+/// for the whole frame before it judges it never answers.
+fn header_only(first: u8, len: usize, mask: bool) -> Vec<u8> {
+    let full = frame(first, &vec![9; len], mask);
+    full[..full.len() - len + 8].to_vec()
+}
+
 /// A close frame's payload: the code, then the reason.
 fn close_payload(code: u16, reason: &str) -> Vec<u8> {
     let mut p = code.to_be_bytes().to_vec();
@@ -290,6 +298,30 @@ fn violations(mask: bool) -> Vec<(&'static str, Vec<u8>, u16)> {
         ),
         ("close with a 1-byte body", f(0x88, &[0x03]), 1002),
         ("message over the limit", f(0x82, &[9; 2048]), 1009),
+        // Frames the host refuses once read are refused on their header,
+        // before their payload (which never comes here): a peer must not
+        // make the host hold a payload it will refuse anyway (up to twice
+        // the maximal message before, with the fragment already held).
+        (
+            "fragment taking the message past the limit (header only)",
+            cat(vec![f(0x02, &[9; 600]), header_only(0x80, 600, mask)]),
+            1009,
+        ),
+        (
+            "continuation with nothing to continue (header only)",
+            header_only(0x80, 600, mask),
+            1002,
+        ),
+        (
+            "new message inside a fragmented one (header only)",
+            cat(vec![f(0x01, b"a"), header_only(0x82, 600, mask)]),
+            1002,
+        ),
+        (
+            "ping of 200 bytes (header only)",
+            header_only(0x89, 200, mask),
+            1002,
+        ),
         (
             "64-bit length with its top bit set",
             length_with_top_bit(mask),
@@ -912,4 +944,141 @@ async fn an_empty_message_flood_from_a_guest_fills_the_outbound_buffer() {
         peak <= limit,
         "the host buffered {peak} bytes for an outbound bound of {limit}"
     );
+}
+
+/// A fragment of a binary message (no FIN) of `len` bytes, masked.
+fn open_fragment(len: usize) -> Vec<u8> {
+    frame(0x02, &vec![0x41; len], true)
+}
+
+/// Upgrades a connection to the guest at `addr` and sends it the first
+/// `len` bytes of a fragmented message, in its own task; returns the read
+/// half and the write half's task (which returns the write half).
+async fn peer_with_unfinished_message(
+    addr: SocketAddr,
+    len: usize,
+) -> (
+    tokio::net::tcp::OwnedReadHalf,
+    tokio::task::JoinHandle<tokio::net::tcp::OwnedWriteHalf>,
+) {
+    let (rx, mut tx) = raw_upgrade(addr).await.into_split();
+    let writer = tokio::spawn(async move {
+        let _ = tx.write_all(&open_fragment(len)).await;
+        tx
+    });
+    (rx, writer)
+}
+
+/// The next frame from the host (servers do not mask): (first byte,
+/// payload), at most 10 s away; `None` at EOF, reset or timeout.
+async fn next_frame(rx: &mut tokio::net::tcp::OwnedReadHalf) -> Option<(u8, Vec<u8>)> {
+    tokio::time::timeout(Duration::from_secs(10), async {
+        let mut head = [0u8; 2];
+        rx.read_exact(&mut head).await.ok()?;
+        let len = match head[1] & 0x7f {
+            126 => rx.read_u16().await.ok()? as usize,
+            127 => rx.read_u64().await.ok()? as usize,
+            n => n as usize,
+        };
+        let mut payload = vec![0u8; len];
+        rx.read_exact(&mut payload).await.ok()?;
+        Some((head[0], payload))
+    })
+    .await
+    .ok()
+    .flatten()
+}
+
+/// Unfinished inbound messages count against the host's
+/// `max_assembling_bytes` (6 MiB here, messages up to 4 MiB). Two peers
+/// each hold 2.5 MiB of a fragmented message; a third, whose fragment
+/// would take the host past the budget, is failed with 1013 (Try Again
+/// Later) while the first two finish their messages and get them echoed;
+/// once they did, a fourth peer's 2.5 MiB message goes through. Without
+/// the budget the host held every peer's unfinished message: the red team
+/// measured 126 MiB a peer, on connections the guest never accepted too.
+#[tokio::test(flavor = "current_thread")]
+async fn unfinished_messages_past_the_host_budget_fail_with_1013() {
+    const FRAGMENT: usize = 5 << 19;
+    const BUDGET: usize = 6 << 20;
+    tokio::time::timeout(Duration::from_secs(120), async {
+        let mut config = local_config();
+        config.limits.max_message_bytes = 4 << 20;
+        config.limits.max_assembling_bytes = BUDGET;
+        let runner = runner(config);
+        let stats = runner.host().stats.clone();
+        let (listen, addr) = listen_address();
+        let guest = echo(&runner, &["server", &listen, "4"]);
+        let held = tether_host::websocket::ASSEMBLY_ALLOWANCE_BYTES;
+        let peers = peer_runtime().spawn(async move {
+            let finish = frame(0x80, b"end", true);
+            let mut holders = Vec::new();
+            for n in 1..=2 {
+                holders.push(peer_with_unfinished_message(addr, FRAGMENT).await);
+                let charged = time_until(Duration::from_secs(10), || {
+                    stats.assembling_bytes() >= n * (FRAGMENT - held) - 64
+                })
+                .await;
+                assert!(
+                    charged.is_some(),
+                    "peer {n}'s fragment never reached the host: {} bytes charged",
+                    stats.assembling_bytes()
+                );
+            }
+            let (mut rx3, _w3) = peer_with_unfinished_message(addr, FRAGMENT).await;
+            let close = next_frame(&mut rx3)
+                .await
+                .map(|(first, p)| (first, p.get(..2).map(|c| u16::from_be_bytes([c[0], c[1]]))));
+            assert_eq!(
+                close,
+                Some((0x88, Some(1013))),
+                "the peer past the budget must get close 1013 (Try Again Later)"
+            );
+            assert!(
+                stats.peak_assembling_bytes() <= BUDGET,
+                "the host charged {} bytes, over its {BUDGET}-byte budget",
+                stats.peak_assembling_bytes()
+            );
+            // The peers within the budget finish their messages and get
+            // them back whole.
+            for (n, (mut rx, writer)) in holders.into_iter().enumerate() {
+                let mut tx = writer.await.unwrap();
+                tx.write_all(&finish).await.unwrap();
+                assert_eq!(
+                    next_frame(&mut rx).await.map(|(first, p)| (first, p.len())),
+                    Some((0x82, FRAGMENT + 3)),
+                    "peer {} within the budget lost its message",
+                    n + 1
+                );
+                tx.write_all(&frame(0x88, &close_payload(1000, ""), true))
+                    .await
+                    .unwrap();
+            }
+            assert!(
+                time_until(Duration::from_secs(10), || stats.assembling_bytes() == 0)
+                    .await
+                    .is_some(),
+                "the budget was not released: {} bytes still charged",
+                stats.assembling_bytes()
+            );
+            // With the budget free again, a fourth peer gets through.
+            let (mut rx4, writer) = peer_with_unfinished_message(addr, FRAGMENT).await;
+            let mut tx4 = writer.await.unwrap();
+            tx4.write_all(&finish).await.unwrap();
+            assert_eq!(
+                next_frame(&mut rx4)
+                    .await
+                    .map(|(first, p)| (first, p.len())),
+                Some((0x82, FRAGMENT + 3))
+            );
+            tx4.write_all(&frame(0x88, &close_payload(1000, ""), true))
+                .await
+                .unwrap();
+        });
+        let (out, peers) = tokio::join!(guest, peers);
+        peers.unwrap();
+        assert!(out.success(), "{}", show(&out));
+    })
+    .await
+    .expect("test deadline");
 }

@@ -9,7 +9,7 @@ pub use self::{frame::CloseFrame, message::Message};
 use self::{
     frame::{
         coding::{CloseCode, Control as OpCtl, Data as OpData, OpCode},
-        Frame, FrameCodec,
+        Frame, FrameCodec, HeaderChecks,
     },
     message::{IncompleteMessage, MessageType},
 };
@@ -615,6 +615,10 @@ impl WebSocketContext {
                 self.config.max_frame_size,
                 matches!(self.role, Role::Server),
                 self.config.accept_unmasked_frames,
+                Some(HeaderChecks {
+                    incomplete: self.incomplete.as_ref().map(IncompleteMessage::len),
+                    max_message_size: self.config.max_message_size.unwrap_or(usize::MAX),
+                }),
             )
             .check_connection_reset(self.state)?
         {

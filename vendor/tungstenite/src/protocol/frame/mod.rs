@@ -66,7 +66,7 @@ where
 {
     /// Read a frame from stream.
     pub fn read(&mut self, max_size: Option<usize>) -> Result<Option<Frame>> {
-        self.codec.read_frame(&mut self.stream, max_size, false, true)
+        self.codec.read_frame(&mut self.stream, max_size, false, true, None)
     }
 }
 
@@ -96,6 +96,52 @@ where
     pub fn flush(&mut self) -> Result<()> {
         self.codec.write_out_buffer(&mut self.stream)?;
         Ok(self.stream.flush()?)
+    }
+}
+
+/// What the message reader knows when a frame header arrives (Tether
+/// patch): the checks it would make once the frame is complete, made on
+/// the header instead (RFC 6455 section 5.4 for fragments, 5.5 for
+/// control frames, 10.4 for the message size after reassembly).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct HeaderChecks {
+    /// Bytes of the fragmented message being received, `None` when no
+    /// message is in progress.
+    pub(super) incomplete: Option<usize>,
+    /// Largest message, bytes (`max_message_size`).
+    pub(super) max_message_size: usize,
+}
+
+impl HeaderChecks {
+    /// Errors: a continuation frame without a message in progress, a new
+    /// data frame inside one, a control frame over 125 bytes (protocol
+    /// errors), or a continuation frame that would take the message past
+    /// `max_message_size` (capacity error).
+    fn check(self, opcode: coding::OpCode, len: u64) -> Result<()> {
+        use self::coding::{Data, OpCode};
+        match (opcode, self.incomplete) {
+            (OpCode::Control(_), _) if len > 125 => {
+                Err(Error::Protocol(ProtocolError::ControlFrameTooBig))
+            }
+            (OpCode::Data(Data::Continue), None) => {
+                Err(Error::Protocol(ProtocolError::UnexpectedContinueFrame))
+            }
+            (OpCode::Data(Data::Continue), Some(so_far)) => {
+                let size = (so_far as u64).saturating_add(len);
+                if size > self.max_message_size as u64 {
+                    Err(Error::Capacity(CapacityError::MessageTooLong {
+                        size: size.min(usize::MAX as u64) as usize,
+                        max_size: self.max_message_size,
+                    }))
+                } else {
+                    Ok(())
+                }
+            }
+            (OpCode::Data(d @ (Data::Text | Data::Binary)), Some(_)) => {
+                Err(Error::Protocol(ProtocolError::ExpectedFragment(d)))
+            }
+            _ => Ok(()),
+        }
     }
 }
 
@@ -158,12 +204,19 @@ impl FrameCodec {
     }
 
     /// Read a frame from the provided stream.
+    ///
+    /// Tether patch: with `checks`, a frame the message reader would
+    /// refuse once complete is refused as soon as its header is read, so
+    /// a peer cannot make the reader hold its payload first (RFC 6455
+    /// section 10.4: limit the frame size and the total message size
+    /// after reassembly).
     pub(super) fn read_frame(
         &mut self,
         stream: &mut impl Read,
         max_size: Option<usize>,
         unmask: bool,
         accept_unmasked: bool,
+        checks: Option<HeaderChecks>,
     ) -> Result<Option<Frame>> {
         let max_size = max_size.unwrap_or_else(usize::max_value);
 
@@ -183,6 +236,9 @@ impl FrameCodec {
                             size: *len as usize,
                             max_size,
                         }));
+                    }
+                    if let (Some(checks), Some((header, _))) = (checks, &self.header) {
+                        checks.check(header.opcode, *len)?;
                     }
                     let len = *len as usize;
 
