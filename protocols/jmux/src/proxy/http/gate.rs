@@ -308,7 +308,7 @@ fn step(chunk: &mut Chunk, bytes: &[u8]) -> Result<(usize, bool), BodyError> {
             (Chunk::TrailerStart | Chunk::TrailerLine, b'\n') => {
                 return Err(BodyError("bare LF in the trailer section"));
             }
-            (Chunk::TrailerStart | Chunk::TrailerLine, b'\r') => Chunk::TrailerLf,
+            (Chunk::TrailerLine, b'\r') => Chunk::TrailerLf,
             (Chunk::TrailerStart | Chunk::TrailerLine, _) => Chunk::TrailerLine,
             (Chunk::TrailerLf, b'\n') => Chunk::TrailerStart,
             (Chunk::EndLf, b'\n') => return Ok((i, true)),
