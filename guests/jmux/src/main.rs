@@ -303,6 +303,42 @@ struct Chan {
     /// list).
     watch_read: bool,
     watch_write: bool,
+    /// A plain HTTP proxy request (`http-listen://`): what of the
+    /// client's bytes after the head may reach the origin.
+    forward: Option<Forward>,
+}
+
+/// The client side of a plain HTTP proxy request: its gate, and bytes
+/// held back while an upgrade waits for the origin's answer.
+struct Forward {
+    gate: http::ForwardGate,
+    /// Read from the client past the request while
+    /// [`http::GateState::AwaitingUpgrade`]: sent if the origin switches
+    /// protocols, dropped otherwise. The client is not read meanwhile.
+    held: Vec<u8>,
+}
+
+impl Forward {
+    /// Splits bytes read from the client: what may go to the origin is
+    /// left in `bytes`, what an upgrade holds goes to `held`, and what
+    /// follows a finished request is dropped (never forwarded: the next
+    /// request must come on a new connection).
+    ///
+    /// Errors: the chunked body is malformed.
+    fn admit(&mut self, bytes: &mut Vec<u8>) -> Result<(), http::BodyError> {
+        let n = self.gate.admit(bytes)?;
+        if self.gate.state() == http::GateState::AwaitingUpgrade {
+            self.held.extend_from_slice(&bytes[n..]);
+        }
+        bytes.truncate(n);
+        Ok(())
+    }
+
+    /// Whether the client is not read: an upgrade holds bytes until the
+    /// origin answers.
+    fn holding(&self) -> bool {
+        !self.held.is_empty()
+    }
 }
 
 impl Chan {
@@ -327,6 +363,7 @@ impl Chan {
             dirty: false,
             watch_read: false,
             watch_write: false,
+            forward: None,
         }
     }
 
@@ -336,6 +373,9 @@ impl Chan {
     /// Level-triggered, so it stays registered while bytes are read.
     fn wants_read(&self) -> bool {
         if self.read_eof || self.failed {
+            return false;
+        }
+        if self.forward.as_ref().is_some_and(Forward::holding) {
             return false;
         }
         self.lingering || (self.opened && !self.read_stopped && !self.send_blocked)
@@ -351,6 +391,10 @@ impl Chan {
         if self.pending_off < self.pending.len() {
             // Bytes read but not taken: on once credit or room is back.
             return !self.send_blocked;
+        }
+        if self.forward.as_ref().is_some_and(Forward::holding) {
+            // Waiting for the origin's answer to an upgrade.
+            return false;
         }
         if self.read_eof {
             !self.eof_sent
@@ -836,7 +880,7 @@ impl Proxy {
                         Greeting::HttpConnect => chan
                             .conn
                             .write_some(&http::failure_response(reason, &description)),
-                        Greeting::None if !chan.pending.is_empty() => {
+                        Greeting::None if chan.forward.is_some() => {
                             // A plain proxy request whose origin failed.
                             chan.conn
                                 .write_some(&http::failure_response(reason, &description));
@@ -967,7 +1011,7 @@ impl Proxy {
                 let kind = match &self.listeners[i].spec {
                     ListenerSpec::Tcp { target, .. } => {
                         let target = target.clone();
-                        self.open_channel(conn, &target, Greeting::None, Vec::new(), now);
+                        self.open_channel(conn, &target, Greeting::None, Vec::new(), None, now);
                         continue;
                     }
                     ListenerSpec::Socks5 { .. } => {
@@ -990,10 +1034,15 @@ impl Proxy {
         dest: &Destination,
         greeting: Greeting,
         pending: Vec<u8>,
+        forward: Option<Forward>,
         now: Instant,
     ) {
         match self.session.open(dest, now) {
-            Ok(id) => self.insert_chan(id, Chan::new(conn, false, greeting, pending)),
+            Ok(id) => {
+                let mut chan = Chan::new(conn, false, greeting, pending);
+                chan.forward = forward;
+                self.insert_chan(id, chan);
+            }
             Err(e) => {
                 eprintln!("jmux: cannot open a channel to {dest}: {e}");
                 match greeting {
@@ -1137,7 +1186,7 @@ impl Proxy {
             enum Outcome {
                 Wait,
                 Drop,
-                Open(Destination, Greeting, Vec<u8>),
+                Open(Destination, Greeting, Vec<u8>, Option<Forward>),
             }
             let outcome = match h.conn.input.read(HANDSHAKE_READ) {
                 Ok(b) if b.is_empty() => {
@@ -1155,7 +1204,7 @@ impl Proxy {
                         match result {
                             Ok(None) => Outcome::Wait,
                             Ok(Some(req)) => {
-                                Outcome::Open(req.destination, Greeting::Socks, req.leftover)
+                                Outcome::Open(req.destination, Greeting::Socks, req.leftover, None)
                             }
                             Err(e) => {
                                 eprintln!("jmux: SOCKS5 client refused: {e}");
@@ -1171,17 +1220,45 @@ impl Proxy {
                         match http::parse_request(buf) {
                             Ok(None) => Outcome::Wait,
                             Ok(Some((http::ProxyRequest::Connect { destination }, n))) => {
-                                Outcome::Open(destination, Greeting::HttpConnect, buf.split_off(n))
+                                Outcome::Open(
+                                    destination,
+                                    Greeting::HttpConnect,
+                                    buf.split_off(n),
+                                    None,
+                                )
                             }
                             Ok(Some((
                                 http::ProxyRequest::Forward {
                                     destination,
                                     mut head,
+                                    gate,
                                 },
                                 n,
                             ))) => {
-                                head.extend_from_slice(&buf[n..]);
-                                Outcome::Open(destination, Greeting::None, head)
+                                // Only the request's body may follow its
+                                // head (see `Forward::admit`).
+                                let mut forward = Forward {
+                                    gate,
+                                    held: Vec::new(),
+                                };
+                                let mut rest = buf.split_off(n);
+                                match forward.admit(&mut rest) {
+                                    Ok(()) => {
+                                        head.extend_from_slice(&rest);
+                                        Outcome::Open(
+                                            destination,
+                                            Greeting::None,
+                                            head,
+                                            Some(forward),
+                                        )
+                                    }
+                                    Err(e) => {
+                                        eprintln!("jmux: HTTP proxy client refused: {e}");
+                                        let e = http::HttpProxyError::BadFraming(e.to_string());
+                                        h.conn.write_some(&e.response());
+                                        Outcome::Drop
+                                    }
+                                }
                             }
                             Err(e) => {
                                 eprintln!("jmux: HTTP proxy client refused: {e}");
@@ -1202,9 +1279,9 @@ impl Proxy {
                     let h = self.end_handshake(i);
                     let _ = h.conn.stream.shutdown_send();
                 }
-                Outcome::Open(dest, greeting, pending) => {
+                Outcome::Open(dest, greeting, pending, forward) => {
                     let h = self.end_handshake(i);
-                    self.open_channel(h.conn, &dest, greeting, pending, now);
+                    self.open_channel(h.conn, &dest, greeting, pending, forward, now);
                 }
             }
         }
@@ -1327,6 +1404,10 @@ impl Proxy {
             if from_out {
                 chan.out.drain(..n);
             } else {
+                if let Some(f) = chan.forward.as_mut() {
+                    // An upgrade's fate is in the origin's status line.
+                    f.gate.observe_response(&data[..n]);
+                }
                 let _ = session.consume(id, n);
             }
         }
@@ -1373,6 +1454,22 @@ impl Proxy {
             // are left): a lingering socket never keeps the loop busy.
             chan.readable = false;
             return Ok(());
+        }
+        if let Some(chan) = self.chans[idx].as_mut()
+            && let Some(f) = chan.forward.as_mut()
+            && f.holding()
+        {
+            // The origin answered the upgrade (`pump_write`): the held
+            // bytes go if it switched protocols, and are dropped if not.
+            match f.gate.state() {
+                http::GateState::Tunnel => {
+                    chan.pending.drain(..chan.pending_off);
+                    chan.pending_off = 0;
+                    chan.pending.append(&mut f.held);
+                }
+                http::GateState::Closed => f.held = Vec::new(),
+                http::GateState::Body | http::GateState::AwaitingUpgrade => {}
+            }
         }
         for _ in 0..READS_PER_TURN {
             let Some(chan) = self.chans[idx].as_mut() else {
@@ -1425,7 +1522,7 @@ impl Proxy {
                 }
                 return Ok(());
             }
-            if !chan.readable {
+            if !chan.readable || chan.forward.as_ref().is_some_and(Forward::holding) {
                 return Ok(());
             }
             match chan.conn.input.read(TCP_READ) {
@@ -1433,7 +1530,16 @@ impl Proxy {
                     chan.readable = false;
                     return Ok(());
                 }
-                Ok(b) => {
+                Ok(mut b) => {
+                    if let Some(f) = chan.forward.as_mut()
+                        && let Err(e) = f.admit(&mut b)
+                    {
+                        eprintln!("jmux: {id}: HTTP proxy client: {e}");
+                        chan.read_stopped = true;
+                        chan.failed = true;
+                        let _ = self.session.abort(id);
+                        return Ok(());
+                    }
                     chan.pending = b;
                     chan.pending_off = 0;
                 }

@@ -550,6 +550,129 @@ fn socks5_and_http_proxy_listeners_driven_by_curl() {
     assert!(body.contains("connection refused (5)"), "{body}");
 }
 
+/// Every byte each connection to an origin received, by connection.
+type Received = Arc<std::sync::Mutex<Vec<Vec<u8>>>>;
+
+/// A lax HTTP/1.1 origin on 127.0.0.1: it ignores `Connection: close`,
+/// answers the first request head of each connection with `200` and the
+/// body `NAME`, keeps the connection open, and records every byte it
+/// receives (so a later request relayed on the connection shows).
+fn recording_origin(name: &'static str) -> (SocketAddr, Received) {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let received = Received::default();
+    let all = received.clone();
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(mut conn) = conn else { return };
+            let all = all.clone();
+            std::thread::spawn(move || {
+                let index = {
+                    let mut all = all.lock().unwrap();
+                    all.push(Vec::new());
+                    all.len() - 1
+                };
+                let mut answered = false;
+                let mut buf = [0; 16 * 1024];
+                while let Ok(n @ 1..) = conn.read(&mut buf) {
+                    let got = {
+                        let mut all = all.lock().unwrap();
+                        all[index].extend_from_slice(&buf[..n]);
+                        all[index].clone()
+                    };
+                    if !answered && got.windows(4).any(|w| w == b"\r\n\r\n") {
+                        answered = true;
+                        let response = format!(
+                            "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{name}",
+                            name.len()
+                        );
+                        if conn.write_all(response.as_bytes()).is_err() {
+                            return;
+                        }
+                    }
+                }
+            });
+        }
+    });
+    (addr, received)
+}
+
+/// Sends `requests` to the HTTP proxy in one write and returns the first
+/// response (head and `Content-Length` body; 10 s at most).
+fn first_response(proxy: SocketAddr, requests: &[u8]) -> String {
+    let mut c = TcpStream::connect(proxy).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    c.write_all(requests).unwrap();
+    let mut got = Vec::new();
+    let mut buf = [0; 4096];
+    loop {
+        let text = String::from_utf8_lossy(&got).into_owned();
+        if let Some((head, body)) = text.split_once("\r\n\r\n") {
+            let len: usize = head
+                .lines()
+                .find_map(|l| l.strip_prefix("Content-Length: "))
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0);
+            if body.len() >= len {
+                return text;
+            }
+        }
+        match c.read(&mut buf) {
+            Ok(0) | Err(_) => return text,
+            Ok(n) => got.extend_from_slice(&buf[..n]),
+        }
+    }
+}
+
+#[test]
+fn a_pipelined_request_never_reaches_the_first_origin_raw() {
+    let runner = runner();
+    let ((a, a_got), (b, b_got)) = (recording_origin("A"), recording_origin("B"));
+    let (_t, _, lp) = tunnel(
+        &runner,
+        &[],
+        &["http-listen"],
+        &["--allow", &a.to_string(), "--allow", &b.to_string()],
+    );
+    let proxy = local(lp[0]);
+    let auth = "Proxy-Authorization: Basic c2VjcmV0OnB3\r\n";
+    let second = format!("GET http://{b}/b HTTP/1.1\r\nHost: {b}\r\n{auth}\r\n");
+    // A request without a body, then one for origin B; a chunked body
+    // (with a trailer), then another request for A.
+    let body = "4\r\nwiki\r\n0\r\nX-Sum: 1\r\n\r\n";
+    let cases = [
+        (
+            format!("GET http://{a}/a HTTP/1.1\r\nHost: {a}\r\n{auth}\r\n{second}"),
+            format!("GET /a HTTP/1.1\r\nHost: {a}\r\nConnection: close\r\n\r\n"),
+        ),
+        (
+            format!(
+                "POST http://{a}/up HTTP/1.1\r\nHost: {a}\r\n{auth}Transfer-Encoding: chunked\r\n\r\n{body}GET http://{a}/a2 HTTP/1.1\r\nHost: {a}\r\n{auth}\r\n"
+            ),
+            format!(
+                "POST /up HTTP/1.1\r\nHost: {a}\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n{body}"
+            ),
+        ),
+    ];
+    for (i, (requests, forwarded)) in cases.iter().enumerate() {
+        let response = first_response(proxy, requests.as_bytes());
+        assert!(
+            response.starts_with("HTTP/1.1 200 OK\r\n") && response.ends_with("\r\n\r\nA"),
+            "case {i}: {response:?}"
+        );
+        // Time for a relayed second request to arrive, were there one.
+        std::thread::sleep(Duration::from_millis(300));
+        let got = a_got.lock().unwrap()[i].clone();
+        assert_eq!(
+            String::from_utf8_lossy(&got),
+            *forwarded,
+            "case {i}: origin A received more than the first request"
+        );
+    }
+    assert_eq!(a_got.lock().unwrap().len(), 2);
+    assert!(b_got.lock().unwrap().is_empty());
+}
+
 #[test]
 fn stalled_reader_stops_only_its_channel_and_memory_stays_bounded() {
     let runner = runner();

@@ -1043,14 +1043,20 @@ fn socks5_run<'a>(chunks: impl Iterator<Item = &'a [u8]>) -> (Vec<u8>, Socks5Out
 
 // ----- http_proxy -----------------------------------------------------------
 
-/// `http_proxy`: bytes as a proxy client's request head. No panic; the
-/// result for the bytes the head took is the result for the whole buffer
-/// (an incremental reader sees the same request); no shorter prefix yields
-/// a request; a destination has a non-empty host without `/`, `@` or space
-/// and prints as a JMUX URL that parses back to it; a forwarded head is
-/// one complete HTTP/1.x request in origin form, without hop-by-hop fields,
-/// with exactly one `Connection` field (`close` or `upgrade`); every
-/// refusal has a 400 or 431 response.
+/// `http_proxy`: bytes as a proxy client's request head and what it sends
+/// after it. No panic; the result for the bytes the head took is the
+/// result for the whole buffer (an incremental reader sees the same
+/// request); no shorter prefix yields a request; a destination has a
+/// non-empty host without `/`, `@` or space and prints as a JMUX URL that
+/// parses back to it; a forwarded head is one complete HTTP/1.x request in
+/// origin form, without hop-by-hop fields, with exactly one `Connection`
+/// field (`close` or `upgrade`); every refusal has a 400 or 431 response.
+/// The bytes after a forwarded head go through its gate whole and in
+/// chunks of the first byte's size, with the same result; bytes the gate
+/// does not admit come after the request's end (the gate is closed or
+/// holds for an upgrade), and a closed gate admits nothing more; the same
+/// bytes as the origin's answer move an upgrade on, and a tunnel admits
+/// everything.
 pub fn http_proxy(data: &[u8]) {
     let Some((&cut, buf)) = data.split_first() else {
         return;
@@ -1072,8 +1078,9 @@ pub fn http_proxy(data: &[u8]) {
             assert!(d.is_tcp() && !d.host.is_empty());
             assert!(!d.host.contains(['/', '@', ' ']), "host {:?}", d.host);
             assert_eq!(Destination::parse(&d.to_string()).as_ref(), Ok(d));
-            if let ProxyRequest::Forward { head, .. } = &req {
+            if let ProxyRequest::Forward { head, gate, .. } = &req {
                 check_forwarded_head(head);
+                check_gate(gate, &buf[n..], usize::from(cut).max(1));
             }
         }
         Ok(None) => assert!(buf.len() <= http::MAX_HEAD),
@@ -1081,6 +1088,62 @@ pub fn http_proxy(data: &[u8]) {
             let resp = e.response();
             assert!(resp.starts_with(b"HTTP/1.1 400 ") || resp.starts_with(b"HTTP/1.1 431 "));
         }
+    }
+}
+
+/// What a gate admits of `rest`: the count, or `None` on a framing error.
+fn admit_all<'a>(
+    gate: &mut http::ForwardGate,
+    pieces: impl Iterator<Item = &'a [u8]>,
+) -> Option<usize> {
+    let mut total = 0;
+    for piece in pieces {
+        let k = gate.admit(piece).ok()?;
+        assert!(k <= piece.len());
+        total += k;
+        if k < piece.len() {
+            break;
+        }
+    }
+    Some(total)
+}
+
+fn check_gate(gate: &http::ForwardGate, rest: &[u8], cut: usize) {
+    use http::GateState;
+    let mut whole = gate.clone();
+    let n = admit_all(&mut whole, std::iter::once(rest));
+    let mut chunked = gate.clone();
+    assert_eq!(
+        admit_all(&mut chunked, rest.chunks(cut)),
+        n,
+        "chunking changed what the gate admits"
+    );
+    assert_eq!(chunked.state(), whole.state());
+    match n {
+        None => assert_eq!(whole.state(), GateState::Closed),
+        Some(k) if k < rest.len() => assert!(
+            matches!(
+                whole.state(),
+                GateState::Closed | GateState::AwaitingUpgrade
+            ),
+            "bytes refused in state {:?}",
+            whole.state()
+        ),
+        Some(_) => {}
+    }
+    if whole.state() == GateState::Closed {
+        assert_eq!(whole.admit(rest), Ok(0), "a closed gate admitted bytes");
+    }
+    // The same bytes as the origin's answer.
+    let before = whole.state();
+    whole.observe_response(rest);
+    let after = whole.state();
+    match before {
+        GateState::AwaitingUpgrade => {}
+        s => assert_eq!(after, s, "the origin's bytes moved a {s:?} gate"),
+    }
+    if after == GateState::Tunnel {
+        assert_eq!(whole.admit(rest), Ok(rest.len()));
     }
 }
 
@@ -1104,6 +1167,10 @@ fn check_forwarded_head(head: &[u8]) {
         "not origin form"
     );
     let mut connection = Vec::new();
+    let upgrade = req
+        .headers
+        .iter()
+        .any(|h| h.name.eq_ignore_ascii_case("connection") && h.value == b"upgrade");
     for h in req.headers.iter() {
         let name = h.name.to_ascii_lowercase();
         assert!(
@@ -1111,10 +1178,15 @@ fn check_forwarded_head(head: &[u8]) {
                 "proxy-connection",
                 "proxy-authorization",
                 "keep-alive",
-                "te"
+                "te",
+                "trailer"
             ]
             .contains(&name.as_str()),
             "hop-by-hop field {name} forwarded"
+        );
+        assert!(
+            upgrade || name != "upgrade",
+            "Upgrade forwarded without Connection: upgrade"
         );
         if name == "connection" {
             connection.push(h.value.to_vec());

@@ -3,23 +3,40 @@
 //!
 //! - `CONNECT host:port HTTP/1.1` (RFC 9110 section 9.3.6): open a channel
 //!   to `host:port`; answer `200` once it is open ([`CONNECT_OK`]), then
-//!   relay bytes both ways.
+//!   relay bytes both ways (a tunnel by design: the client may send its
+//!   first tunnel bytes before the `200`).
 //! - A plain proxy request with an absolute-form target
 //!   (`GET http://host[:port]/path HTTP/1.1`, RFC 9112 section 3.2.2): open a
 //!   channel to `host:port` (80 by default) and send the head rewritten to
 //!   origin-form (`GET /path HTTP/1.1`) without hop-by-hop fields
 //!   (`Proxy-Connection`, `Proxy-Authorization`, `Connection`,
-//!   `Keep-Alive`, `TE` and whatever `Connection` names; RFC 9110 section
-//!   7.6.1) and with `Connection: close` (RFC 9112 section 9.6), then relay
-//!   bytes both ways. The origin closes after its response, and so does
-//!   the channel: one request per connection, so a keep-alive client's next
-//!   request, which may name another origin, comes on a new connection and
-//!   is checked and routed on its own. An upgrade request (`Connection:
-//!   upgrade` with `Upgrade`) keeps its `Upgrade` field and goes out with
-//!   `Connection: upgrade`: after the switch the connection is a tunnel to
-//!   that origin.
+//!   `Keep-Alive`, `TE`, `Trailer`, `Upgrade` unless this is an upgrade,
+//!   and whatever `Connection` names except the body's framing
+//!   fields and `Host`; RFC 9110 section 7.6.1) and with `Connection:
+//!   close` (RFC 9112 section 9.6), then the request's body, as the
+//!   client's `Content-Length` or `Transfer-Encoding: chunked` frames it
+//!   (RFC 9112 section 6.3; no body without either, and framing a
+//!   recipient must not guess at is refused with 400:
+//!   [`HttpProxyError::BadFraming`]). [`ForwardGate`] finds the body's
+//!   end in the client's bytes. Nothing after it reaches the origin: one
+//!   request per connection. A keep-alive client's next request, which
+//!   may name another origin, is never forwarded on this connection (a
+//!   pipelined one is discarded unanswered); the origin closes after its
+//!   response (it was sent `Connection: close`), the proxy closes the
+//!   client connection after it, and the client sends the next request
+//!   on a new connection, where it is parsed, checked and routed on its
+//!   own. The origin's response is relayed unchanged.
+//! - An upgrade request (`Connection: upgrade` with `Upgrade`) keeps its
+//!   `Upgrade` field and goes out with `Connection: upgrade`. What the
+//!   client sends after its body is held until the origin's final status
+//!   arrives: `101 Switching Protocols` makes the connection a tunnel to
+//!   that origin; any other status ends it like a plain request.
 //!
-//! The head is parsed with `httparse`.
+//! Heads are parsed with `httparse`.
+
+mod gate;
+
+pub use gate::{BodyError, ForwardGate, GateState};
 
 use crate::codec::{Destination, ReasonCode};
 
@@ -43,12 +60,15 @@ pub enum ProxyRequest {
         destination: Destination,
     },
     /// A plain proxy request: send `head` (rewritten to origin-form) into
-    /// the channel first.
+    /// the channel first, then only what `gate` admits of the client's
+    /// later bytes.
     Forward {
         /// The origin server.
         destination: Destination,
         /// The request head to send to the origin, `\r\n\r\n` included.
         head: Vec<u8>,
+        /// Which of the client's bytes after the head may follow it.
+        gate: ForwardGate,
     },
 }
 
@@ -82,6 +102,11 @@ pub enum HttpProxyError {
     /// The head has more than [`MAX_HEADERS`] header fields.
     #[error("more than {MAX_HEADERS} header fields")]
     TooManyHeaders,
+    /// The body's framing is ambiguous or unsupported (see
+    /// [`ForwardGate`]'s rules): the proxy could not tell where the
+    /// request ends.
+    #[error("request body framing refused: {0}")]
+    BadFraming(String),
 }
 
 impl HttpProxyError {
@@ -244,7 +269,7 @@ pub fn parse_request(buf: &[u8]) -> Result<Option<(ProxyRequest, usize)>, HttpPr
     // Hop-by-hop fields (RFC 9110 section 7.6.1): the fixed ones and every
     // field the client's Connection header names. The body's framing
     // (Content-Length, Transfer-Encoding) and Host always pass: the body is
-    // relayed as it is.
+    // relayed as it is, up to its end (the gate).
     let named: Vec<String> = req
         .headers
         .iter()
@@ -266,12 +291,14 @@ pub fn parse_request(buf: &[u8]) -> Result<Option<(ProxyRequest, usize)>, HttpPr
     // connection into a tunnel to this origin; anything else is one
     // request per connection.
     let upgrade = named.iter().any(|t| t == "upgrade") && has("upgrade");
+    let gate = ForwardGate::new(req.headers, req.version.unwrap_or(1), upgrade)?;
     let fixed = [
         "proxy-connection",
         "proxy-authorization",
         "connection",
         "keep-alive",
         "te",
+        "trailer",
     ];
     let kept = ["content-length", "transfer-encoding", "host"];
     for h in req.headers.iter() {
@@ -296,7 +323,11 @@ pub fn parse_request(buf: &[u8]) -> Result<Option<(ProxyRequest, usize)>, HttpPr
         head.extend_from_slice(b"Connection: close\r\n\r\n");
     }
     Ok(Some((
-        ProxyRequest::Forward { destination, head },
+        ProxyRequest::Forward {
+            destination,
+            head,
+            gate,
+        },
         consumed,
     )))
 }
@@ -374,7 +405,10 @@ mod tests {
     fn plain_proxy_requests_are_rewritten_to_origin_form() {
         let req = b"POST http://127.0.0.1:8080/up?x=1 HTTP/1.1\r\nHost: 127.0.0.1:8080\r\nProxy-Connection: keep-alive\r\nConnection: keep-alive\r\nKeep-Alive: timeout=5\r\nContent-Length: 4\r\n\r\nbody";
         let (r, n) = parse_request(req).unwrap().unwrap();
-        let ProxyRequest::Forward { destination, head } = r else {
+        let ProxyRequest::Forward {
+            destination, head, ..
+        } = r
+        else {
             panic!("not forward")
         };
         assert_eq!(destination, Destination::tcp("127.0.0.1", 8080));
@@ -386,7 +420,7 @@ mod tests {
         // Fields named by Connection and TE are hop-by-hop; framing stays.
         assert_eq!(
             forwarded_head(
-                b"POST http://a/ HTTP/1.1\r\nConnection: close, X-Secret\r\nX-Secret: 1\r\nTE: trailers\r\nTransfer-Encoding: chunked\r\nUpgrade: h2c\r\n\r\n"
+                b"POST http://a/ HTTP/1.1\r\nConnection: close, X-Secret\r\nX-Secret: 1\r\nTE: trailers\r\nTrailer: X-Sum\r\nTransfer-Encoding: chunked\r\nUpgrade: h2c\r\n\r\n"
             ),
             "POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n"
         );
@@ -400,7 +434,10 @@ mod tests {
         let (r, _) = parse_request(b"GET http://u@example.com HTTP/1.0\r\n\r\n")
             .unwrap()
             .unwrap();
-        let ProxyRequest::Forward { destination, head } = r else {
+        let ProxyRequest::Forward {
+            destination, head, ..
+        } = r
+        else {
             panic!()
         };
         assert_eq!(destination, Destination::tcp("example.com", 80));
@@ -440,5 +477,214 @@ mod tests {
         assert!(failure_response(ReasonCode::ConnectionRefused, "").starts_with(b"HTTP/1.1 502 "));
         assert!(timeout_response().starts_with(b"HTTP/1.1 408 "));
         assert!(busy_response().starts_with(b"HTTP/1.1 503 "));
+    }
+
+    /// The gate of a plain proxy request, and the bytes after its head.
+    fn gated(request: &[u8]) -> (ForwardGate, &[u8]) {
+        let (r, n) = parse_request(request).unwrap().unwrap();
+        let ProxyRequest::Forward { gate, .. } = r else {
+            panic!("not a plain proxy request")
+        };
+        (gate, &request[n..])
+    }
+
+    /// What the gate admits of `rest`, fed whole and in every two-piece
+    /// split and one byte at a time (all must agree), and its state after.
+    fn admitted(gate: &ForwardGate, rest: &[u8]) -> (usize, GateState) {
+        let mut whole = gate.clone();
+        let n = whole.admit(rest).unwrap();
+        let feed = |pieces: &mut dyn Iterator<Item = &[u8]>| {
+            let mut g = gate.clone();
+            let mut total = 0;
+            for piece in pieces {
+                let k = g.admit(piece).unwrap();
+                total += k;
+                if k < piece.len() {
+                    break;
+                }
+            }
+            (total, g.state())
+        };
+        for cut in 0..=rest.len() {
+            let (a, b) = rest.split_at(cut);
+            assert_eq!(
+                feed(&mut [a, b].into_iter()),
+                (n, whole.state()),
+                "cut {cut}"
+            );
+        }
+        assert_eq!(
+            feed(&mut rest.chunks(1)),
+            (n, whole.state()),
+            "byte by byte"
+        );
+        (n, whole.state())
+    }
+
+    const SECOND: &[u8] = b"GET http://127.0.0.1:9/b HTTP/1.1\r\nHost: 127.0.0.1:9\r\nProxy-Authorization: Basic c2VjcmV0OnB3\r\n\r\n";
+
+    #[test]
+    fn a_pipelined_request_after_a_bodiless_request_reaches_no_origin() {
+        let mut req = b"GET http://127.0.0.1:8/a HTTP/1.1\r\nHost: 127.0.0.1:8\r\nProxy-Authorization: Basic c2VjcmV0OnB3\r\n\r\n".to_vec();
+        req.extend_from_slice(SECOND);
+        let (gate, rest) = gated(&req);
+        assert_eq!(rest, SECOND);
+        assert_eq!(gate.state(), GateState::Closed);
+        assert_eq!(admitted(&gate, rest), (0, GateState::Closed));
+        // HTTP/1.0 and a request without framing fields: no body either.
+        let mut req = b"DELETE http://a/x HTTP/1.0\r\n\r\n".to_vec();
+        req.extend_from_slice(SECOND);
+        let (gate, rest) = gated(&req);
+        assert_eq!(admitted(&gate, rest), (0, GateState::Closed));
+    }
+
+    #[test]
+    fn a_content_length_body_passes_and_what_follows_it_does_not() {
+        for len in [1usize, 5, 70_000] {
+            let body = vec![b'x'; len];
+            let mut req = format!(
+                "POST http://a/up HTTP/1.1\r\nContent-Length: {len}\r\nContent-Length: {len}, {len}\r\n\r\n"
+            )
+            .into_bytes();
+            req.extend_from_slice(&body);
+            req.extend_from_slice(SECOND);
+            let (gate, rest) = gated(&req);
+            assert_eq!(gate.state(), GateState::Body);
+            if len < 100 {
+                assert_eq!(admitted(&gate, rest), (len, GateState::Closed));
+            }
+            let mut g = gate.clone();
+            assert_eq!(g.admit(rest), Ok(len));
+            assert_eq!(g.state(), GateState::Closed);
+            assert_eq!(g.admit(SECOND), Ok(0));
+        }
+    }
+
+    #[test]
+    fn a_chunked_body_passes_to_its_last_chunk_and_trailers_and_no_further() {
+        let body: &[u8] = b"5\r\nhello\r\n1A;name=\"v;x\"\t;y\r\nabcdefghijklmnopqrstuvwxyz\r\n000\r\nX-Sum: 1\r\nX-More: a b\r\n\r\n";
+        let mut req =
+            b"PUT http://a/up HTTP/1.1\r\nTransfer-Encoding: gzip , chunked\r\n\r\n".to_vec();
+        req.extend_from_slice(body);
+        req.extend_from_slice(SECOND);
+        let (gate, rest) = gated(&req);
+        assert_eq!(admitted(&gate, rest), (body.len(), GateState::Closed));
+        // Without trailers; and a body whose hex size uses leading zeros.
+        let body: &[u8] = b"0003\r\nabc\r\n0\r\n\r\n";
+        let mut req = b"POST http://a/ HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n".to_vec();
+        req.extend_from_slice(body);
+        req.extend_from_slice(b"0\r\n\r\n");
+        let (gate, rest) = gated(&req);
+        assert_eq!(admitted(&gate, rest), (body.len(), GateState::Closed));
+        // Cut short: all of it is body so far.
+        let (gate, _) = gated(b"POST http://a/ HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n");
+        assert_eq!(admitted(&gate, b"5\r\nhel"), (6, GateState::Body));
+    }
+
+    #[test]
+    fn malformed_chunked_bodies_stop_the_gate() {
+        let (gate, _) = gated(b"POST http://a/ HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n");
+        for bad in [
+            &b"\r\n"[..],
+            b"x\r\n",
+            b"-1\r\n",
+            b"5\nhello\r\n0\r\n\r\n",
+            b"5\r\nhello\n0\r\n\r\n",
+            b"5\r\nhelloX\r\n",
+            b"5;a\nb\r\n",
+            b"5;\x00\r\n",
+            b"1\rX",
+            b"0\r\nX-Sum: 1\n\r\n",
+            b"0\r\n\n",
+            b"0\r\n\rX",
+            b"10000000000000000\r\n",
+        ] {
+            let mut g = gate.clone();
+            assert!(g.admit(bad).is_err(), "{:?}", String::from_utf8_lossy(bad));
+            assert_eq!(g.state(), GateState::Closed);
+            assert_eq!(g.admit(b"0\r\n\r\n"), Ok(0));
+        }
+        // The largest chunk size is fine.
+        let mut g = gate.clone();
+        assert_eq!(g.admit(b"ffffffffffffffff\r\nab"), Ok(20));
+        assert_eq!(g.state(), GateState::Body);
+    }
+
+    #[test]
+    fn framing_a_proxy_cannot_be_sure_of_is_refused() {
+        let cases = [
+            ("1.1", "Content-Length: 3\r\nTransfer-Encoding: chunked"),
+            ("1.1", "Transfer-Encoding: chunked\r\nContent-Length: 3"),
+            ("1.1", "Transfer-Encoding: gzip"),
+            ("1.1", "Transfer-Encoding: chunked, gzip"),
+            (
+                "1.1",
+                "Transfer-Encoding: chunked\r\nTransfer-Encoding: chunked",
+            ),
+            ("1.1", "Transfer-Encoding: "),
+            ("1.0", "Transfer-Encoding: chunked"),
+            ("1.1", "Content-Length: 3\r\nContent-Length: 4"),
+            ("1.1", "Content-Length: 3, 4"),
+            ("1.1", "Content-Length: +3"),
+            ("1.1", "Content-Length: 0x3"),
+            ("1.1", "Content-Length: "),
+            ("1.1", "Content-Length: 99999999999999999999"),
+        ];
+        for (version, fields) in cases {
+            let head = format!("POST http://a/ HTTP/{version}\r\n{fields}\r\n\r\n");
+            let e = parse_request(head.as_bytes()).unwrap_err();
+            assert!(
+                matches!(e, HttpProxyError::BadFraming(_)),
+                "{head:?}: {e:?}"
+            );
+            assert!(e.response().starts_with(b"HTTP/1.1 400 "));
+        }
+        // CONNECT has no body framing to check.
+        assert!(parse_request(b"CONNECT a:1 HTTP/1.1\r\nContent-Length: x\r\n\r\n").is_ok());
+    }
+
+    #[test]
+    fn an_upgrade_holds_later_bytes_until_the_origin_answers() {
+        let req = b"GET http://a/ws HTTP/1.1\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n";
+        let (gate, _) = gated(req);
+        assert_eq!(gate.state(), GateState::AwaitingUpgrade);
+        assert_eq!(
+            admitted(&gate, b"\x81\x05hello"),
+            (0, GateState::AwaitingUpgrade)
+        );
+        let switch: &[u8] = b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n\r\n\x81\x02hi";
+        // Every cut before the end of the 101 head.
+        for cut in 0..switch.len() - 4 {
+            let mut g = gate.clone();
+            g.observe_response(&switch[..cut]);
+            assert_eq!(g.state(), GateState::AwaitingUpgrade, "cut {cut}");
+            g.observe_response(&switch[cut..]);
+            assert_eq!(g.state(), GateState::Tunnel, "cut {cut}");
+            assert_eq!(g.admit(b"\x81\x05hello"), Ok(7));
+        }
+        for answer in [
+            &b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n"[..],
+            b"HTTP/1.1 426 Upgrade Required\r\n\r\n",
+            b"garbage\r\n\r\n",
+        ] {
+            let mut g = gate.clone();
+            g.observe_response(answer);
+            assert_eq!(g.state(), GateState::Closed);
+            assert_eq!(g.admit(SECOND), Ok(0));
+        }
+        let mut g = gate.clone();
+        g.observe_response(&vec![b'H'; MAX_HEAD + 1]);
+        assert_eq!(g.state(), GateState::Closed);
+        // An upgrade with a body: the body first, then the hold; a 101
+        // that came early opens the tunnel once the body is through.
+        let (mut g, _) = gated(b"POST http://a/ HTTP/1.1\r\nConnection: upgrade\r\nUpgrade: x\r\nContent-Length: 2\r\n\r\n");
+        g.observe_response(b"HTTP/1.1 101 Switching Protocols\r\n\r\n");
+        assert_eq!(g.state(), GateState::Body);
+        assert_eq!(g.admit(b"ab, then tunnel"), Ok(15));
+        assert_eq!(g.state(), GateState::Tunnel);
+        // A plain request ignores the origin's bytes.
+        let (mut g, _) = gated(b"GET http://a/ HTTP/1.1\r\n\r\n");
+        g.observe_response(b"HTTP/1.1 101 Switching Protocols\r\n\r\n");
+        assert_eq!(g.state(), GateState::Closed);
     }
 }
