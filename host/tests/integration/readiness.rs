@@ -21,13 +21,18 @@ async fn wait(set: &ReadinessSet) {
         .expect("the readiness set never became ready");
 }
 
-#[tokio::test(flavor = "current_thread")]
-async fn message_streams_and_listeners_are_level_triggered_and_forgotten_on_drop() {
-    let host = HostCtx::new(local_config()).unwrap();
+/// A WebSocket listener of `host` on an ephemeral port of 127.0.0.1.
+fn bind_listener(host: &std::sync::Arc<HostCtx>) -> Listener {
     let options = ListenOptions {
         subprotocols: Vec::new(),
     };
-    let listener = Listener::bind(host.clone(), "127.0.0.1:0", options).unwrap();
+    Listener::bind(host.clone(), "127.0.0.1:0", options).unwrap()
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn message_streams_and_listeners_are_level_triggered_and_forgotten_on_drop() {
+    let host = HostCtx::new(local_config()).unwrap();
+    let listener = bind_listener(&host);
     let addr = listener.local_addr();
     let set = ReadinessSet::new(4);
     set.register(&listener, Interest::Accept, 100).unwrap();
@@ -224,10 +229,7 @@ async fn a_guest_holds_at_most_readiness_set_entries_registrations_in_all_its_se
 async fn registering_one_resource_under_many_keys_costs_o1_each() {
     const N: u64 = 1 << 16;
     let host = HostCtx::new(local_config()).unwrap();
-    let options = ListenOptions {
-        subprotocols: Vec::new(),
-    };
-    let listener = Listener::bind(host.clone(), "127.0.0.1:0", options).unwrap();
+    let listener = bind_listener(&host);
     let t0 = Instant::now();
     let set = ReadinessSet::new(N as usize);
     for key in 0..N {
@@ -260,10 +262,7 @@ async fn registering_one_resource_under_many_keys_costs_o1_each() {
 async fn ended_registrations_leave_the_resource_and_sets_share_a_quota() {
     use tether_host::readiness::{Quota, Watchable};
     let host = HostCtx::new(local_config()).unwrap();
-    let options = ListenOptions {
-        subprotocols: Vec::new(),
-    };
-    let listener = Listener::bind(host.clone(), "127.0.0.1:0", options).unwrap();
+    let listener = bind_listener(&host);
     let watchers = || listener.source(Interest::Accept).unwrap().watchers().len();
     let quota = Quota::new(1000);
     let a = ReadinessSet::with_quota(quota.clone());
