@@ -145,8 +145,9 @@ pub struct HostArgs {
     /// most (at least 1).
     #[arg(long, default_value_t = Limits::default().max_batch_messages, value_parser = at_least_one_usize())]
     pub max_batch_messages: usize,
-    /// Registrations one readiness set holds at most, and async calls one
-    /// p3 guest has pending at once (at least 1).
+    /// Registrations one guest holds at most in all its readiness sets
+    /// together (about 150 bytes of host memory each), and async calls
+    /// one p3 guest has pending at once (at least 1).
     #[arg(long, default_value_t = Limits::default().readiness_set_entries, value_parser = at_least_one_usize())]
     pub readiness_set_entries: usize,
     /// Live AEAD packet keys (`tether:streams/aead`) one guest holds at

@@ -55,13 +55,17 @@ pub struct Limits {
     /// past it the host stops accepting (the kernel backlog pushes back).
     /// Default 64.
     pub accept_backlog: usize,
-    /// Registrations one readiness set (`tether:streams/readiness`) holds
-    /// at most; past it `register-*` fails with `invalid-argument`. Each
-    /// costs the host about 150 bytes. Also the async calls (`connect`,
-    /// `accept`, `send`, `receive`) one guest of the async interface
-    /// (`tether:streams-async`) has pending at once, the component
-    /// model's waitable set being its readiness set; past it the call
-    /// returns `invalid-argument` at once. Default 65,536.
+    /// Registrations one guest holds at most in all its readiness sets
+    /// (`tether:streams/readiness`) together, however many sets it makes;
+    /// past it `register-*` fails with `invalid-argument` naming this
+    /// limit, and a deregistration, a replaced or dropped resource's
+    /// registrations and a dropped set give their places back. Each
+    /// costs the host about 150 bytes, so one guest holds at most about
+    /// 10 MiB of host memory in registrations at the default. Also the
+    /// async calls (`connect`, `accept`, `send`, `receive`) one guest of
+    /// the async interface (`tether:streams-async`) has pending at once,
+    /// the component model's waitable set being its readiness set; past
+    /// it the call returns `invalid-argument` at once. Default 65,536.
     pub readiness_set_entries: usize,
     /// Live AEAD packet keys (`tether:streams/aead`) one guest instance
     /// holds at most; past it `packet-key.create` fails with

@@ -251,9 +251,11 @@ pub struct TetherCtx {
     /// Table entries of `wasi:io` streams dropped before their pollables
     /// (see the drop rule in `ready.rs`), deleted once those are gone.
     orphans: Vec<ready::Orphan>,
-    /// Async calls of `tether:streams-async` this guest has pending
-    /// (see [`p3::PendingCall`]), at most `readiness_set_entries`.
-    pub(crate) pending_calls: Arc<std::sync::atomic::AtomicUsize>,
+    /// What this guest makes the host wait on, at most
+    /// `readiness_set_entries`: its registrations in all its readiness
+    /// sets together, or (a guest of `tether:streams-async`) its pending
+    /// async calls (see [`p3::PendingCall`]).
+    pub(crate) readiness: readiness::Quota,
     /// Live `tether:streams/aead` packet keys of this guest, at most
     /// `max_aead_keys`.
     pub(crate) aead_keys: usize,
@@ -263,12 +265,12 @@ impl TetherCtx {
     /// A guest context under the shared host context.
     pub fn new(host: Arc<HostCtx>) -> TetherCtx {
         TetherCtx {
+            readiness: readiness::Quota::new(host.config.limits.readiness_set_entries),
             host,
             guest_id: metrics::GUEST_IDS.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
             streams: Vec::new(),
             prune_streams_at: 64,
             orphans: Vec::new(),
-            pending_calls: Arc::default(),
             aead_keys: 0,
         }
     }

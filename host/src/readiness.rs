@@ -13,9 +13,17 @@
 //!
 //! Costs: O(1) per event (a queue push, deduplicated by a flag per entry),
 //! O(ready entries returned) per `take-ready`, independent of how many
-//! streams are registered. A wake-up through `wasi:io/poll` with every
-//! stream's pollable costs O(open streams) instead (one future per
-//! pollable per `poll`).
+//! streams are registered; O(1) per `register-*` and `deregister` (a
+//! source's registrations are a dense list in which each entry knows its
+//! index). A source's wake-up walks only its live registrations. A
+//! wake-up through `wasi:io/poll` with every stream's pollable costs
+//! O(open streams) instead (one future per pollable per `poll`).
+//!
+//! Bound: one guest holds at most `readiness_set_entries` registrations
+//! in all its sets together ([`Quota`], the same count as its p3 pending
+//! calls); a deregistered, replaced or detached entry leaves the source's
+//! list and its place in the count at once, and its set's queue within
+//! amortised O(1), so the host holds nothing for it beyond that bound.
 //!
 //! Semantics are level-triggered (like `epoll` without `EPOLLET`):
 //! `take-ready` re-checks each queued entry's condition (O(1) each),
@@ -23,8 +31,8 @@
 //! queue once it does not hold; the next state change queues it again.
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
 use std::task::{Context, Wake, Waker};
 
 use wasmtime::component::Resource;
@@ -52,46 +60,107 @@ pub struct Source<'a> {
     pub(crate) check: Check,
 }
 
+impl Source<'_> {
+    /// The live registrations watching this source, in every set (for
+    /// diagnostics and tests).
+    pub fn watchers(&self) -> &Watchers {
+        self.watchers
+    }
+}
+
 /// The registrations watching one [`Signal`] (or one socket's read
 /// readiness). Woken with the signal; detached when the resource they
-/// watch is dropped, so no key outlives its resource.
+/// watch is dropped, so no key outlives its resource. Holds only live
+/// registrations: an entry leaves it when it is deregistered, replaced,
+/// or its set is dropped (O(1) each).
 #[derive(Default)]
-pub struct Watchers(Mutex<Vec<Arc<Entry>>>);
+pub struct Watchers(OnceLock<Arc<WatchList>>);
+
+/// The list behind [`Watchers`], created at the first registration (a
+/// signal nobody registers costs nothing). Dense: `Entry::slot` is each
+/// entry's index, kept up to date under the lock, so removal is a
+/// `swap_remove`.
+#[derive(Default)]
+struct WatchList(Mutex<Vec<Arc<Entry>>>);
+
+/// `Entry::slot` of an entry in no list.
+const UNLISTED: usize = usize::MAX;
 
 impl std::fmt::Debug for Watchers {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Watchers({})", self.lock().len())
+        write!(f, "Watchers({})", self.len())
+    }
+}
+
+impl WatchList {
+    fn lock(&self) -> MutexGuard<'_, Vec<Arc<Entry>>> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Appends `entry` (in no list yet). O(1) amortised.
+    fn add(&self, entry: Arc<Entry>) {
+        let mut list = self.lock();
+        entry.slot.store(list.len(), Ordering::Relaxed);
+        list.push(entry);
+    }
+
+    /// Removes `entry` if it is in this list. O(1) amortised: the last
+    /// entry takes its place; the capacity shrinks once three quarters of
+    /// it are unused, so a list that once held many holds no memory for
+    /// them afterwards.
+    fn remove(&self, entry: &Entry) {
+        let mut list = self.lock();
+        let i = entry.slot.load(Ordering::Relaxed);
+        if !list
+            .get(i)
+            .is_some_and(|e| std::ptr::eq(Arc::as_ptr(e), entry))
+        {
+            return;
+        }
+        entry.slot.store(UNLISTED, Ordering::Relaxed);
+        list.swap_remove(i);
+        if let Some(moved) = list.get(i) {
+            moved.slot.store(i, Ordering::Relaxed);
+        }
+        if list.capacity() > 64 && list.len() < list.capacity() / 4 {
+            let keep = list.len() * 2;
+            list.shrink_to(keep);
+        }
     }
 }
 
 impl Watchers {
-    fn lock(&self) -> MutexGuard<'_, Vec<Arc<Entry>>> {
-        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    fn list(&self) -> Arc<WatchList> {
+        self.0.get_or_init(Arc::default).clone()
+    }
+
+    /// Live registrations watching this source.
+    pub fn len(&self) -> usize {
+        self.0.get().map_or(0, |l| l.lock().len())
+    }
+
+    /// Whether no registration watches this source.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
     }
 
     /// Queues every live registration on its set (O(registrations on this
     /// source), usually 0 or 1).
     pub fn wake(&self) {
-        let list = self.lock();
-        for entry in list.iter() {
-            entry.enqueue();
+        if let Some(list) = self.0.get() {
+            for entry in list.lock().iter() {
+                entry.enqueue();
+            }
         }
-    }
-
-    /// Adds `entry`, first forgetting deregistered ones, so the list never
-    /// holds more than the live registrations plus those deregistered
-    /// since the last registration.
-    fn add(&self, entry: Arc<Entry>) {
-        let mut list = self.lock();
-        list.retain(|e| e.live.load(Ordering::Acquire));
-        list.push(entry);
     }
 
     /// Removes every registration from its set: the watched resource is
     /// gone. Call from the resource's `Drop`.
     pub fn detach_all(&self) {
-        let list = std::mem::take(&mut *self.lock());
-        for entry in list {
+        let Some(list) = self.0.get() else { return };
+        let taken = std::mem::take(&mut *list.lock());
+        for entry in taken {
+            entry.slot.store(UNLISTED, Ordering::Relaxed);
             entry.detach();
         }
     }
@@ -108,6 +177,12 @@ pub struct Entry {
     /// set is gone.
     live: AtomicBool,
     check: Check,
+    /// The source's list this entry is in (weak: the list holds the
+    /// entry).
+    watchers: Weak<WatchList>,
+    /// Index in that list, [`UNLISTED`] when in none; written under the
+    /// list's lock.
+    slot: AtomicUsize,
 }
 
 impl Entry {
@@ -128,6 +203,8 @@ impl Entry {
         }
     }
 
+    /// The watched resource is gone: removes the entry from its set.
+    /// The caller took it out of the source's list.
     fn detach(&self) {
         self.live.store(false, Ordering::Release);
         if let Some(set) = self.set.upgrade() {
@@ -139,7 +216,18 @@ impl Entry {
                 .is_some_and(|e| std::ptr::eq(Arc::as_ptr(e), self))
             {
                 st.entries.remove(&id);
+                st.forgot(1);
             }
+        }
+    }
+
+    /// Ends a registration its set has forgotten (deregistered, replaced,
+    /// or the set dropped): leaves the source's list. O(1). Call without
+    /// the set's lock (a wake-up takes the list's lock, then the set's).
+    fn retire(&self) {
+        self.live.store(false, Ordering::Release);
+        if let Some(list) = self.watchers.upgrade() {
+            list.remove(self);
         }
     }
 }
@@ -154,11 +242,27 @@ impl Wake for Entry {
     }
 }
 
-#[derive(Default)]
 struct SetState {
     entries: HashMap<(u64, u8), Arc<Entry>>,
-    /// Entries that may be ready, oldest first; each at most once.
+    /// Entries that may be ready, oldest first; each at most once. May
+    /// hold forgotten entries until they reach the front, at most about
+    /// as many as live ones (see [`SetState::forgot`]).
     queue: VecDeque<Arc<Entry>>,
+    /// The guest's count of registrations, which `entries` is part of.
+    quota: Quota,
+}
+
+impl SetState {
+    /// Entries left `entries`: gives `released` places back to the quota
+    /// (0 when another entry took the place), and drops forgotten entries
+    /// from the queue once they outnumber the live ones (amortised O(1):
+    /// each pass at least halves the queue).
+    fn forgot(&mut self, released: usize) {
+        self.quota.release(released);
+        if self.queue.len() > 2 * self.entries.len() + 16 {
+            self.queue.retain(|e| e.live.load(Ordering::Acquire));
+        }
+    }
 }
 
 struct SetInner {
@@ -203,32 +307,98 @@ impl SetInner {
     }
 }
 
+/// What one guest may make the host wait on: at most `max` readiness-set
+/// registrations across all its sets, or (a guest of the async interface)
+/// `max` pending async calls ([`crate::p3`]). Clones share the count. The
+/// host gives each guest one, of `Limits::readiness_set_entries`.
+#[derive(Clone, Debug)]
+pub struct Quota {
+    used: Arc<AtomicUsize>,
+    max: usize,
+}
+
+impl Quota {
+    /// A fresh count with room for `max`.
+    pub fn new(max: usize) -> Quota {
+        Quota {
+            used: Arc::default(),
+            max,
+        }
+    }
+
+    /// How many are taken now.
+    pub fn used(&self) -> usize {
+        self.used.load(Ordering::Acquire)
+    }
+
+    /// How many may be taken at once.
+    pub fn max(&self) -> usize {
+        self.max
+    }
+
+    /// Takes one; false (and nothing taken) when `max` are taken.
+    pub(crate) fn take(&self) -> bool {
+        self.used
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < self.max).then_some(n + 1)
+            })
+            .is_ok()
+    }
+
+    /// Gives back `n` taken ones.
+    pub(crate) fn release(&self, n: usize) {
+        if n > 0 {
+            self.used.fetch_sub(n, Ordering::AcqRel);
+        }
+    }
+}
+
 /// A readiness set (the `readiness-set` resource).
 pub struct ReadinessSet {
     inner: Arc<SetInner>,
-    max_entries: usize,
 }
 
 impl Drop for ReadinessSet {
     fn drop(&mut self) {
-        let mut st = self.inner.lock();
-        for entry in st.entries.values() {
-            entry.live.store(false, Ordering::Release);
+        let entries: Vec<Arc<Entry>> = {
+            let mut st = self.inner.lock();
+            st.queue.clear();
+            let n = st.entries.len();
+            st.quota.release(n);
+            st.entries
+                .drain()
+                .map(|(_, e)| {
+                    e.live.store(false, Ordering::Release);
+                    e
+                })
+                .collect()
+        };
+        for entry in entries {
+            entry.retire();
         }
-        st.entries.clear();
-        st.queue.clear();
     }
 }
 
 impl ReadinessSet {
-    /// An empty set holding at most `max_entries` registrations.
+    /// An empty set holding at most `max_entries` registrations (a quota
+    /// of its own).
     pub fn new(max_entries: usize) -> ReadinessSet {
+        ReadinessSet::with_quota(Quota::new(max_entries))
+    }
+
+    /// An empty set whose registrations count against `quota`, which
+    /// other sets may share: the host's sets of one guest share the
+    /// guest's quota, so `readiness_set_entries` bounds them together.
+    pub fn with_quota(quota: Quota) -> ReadinessSet {
         ReadinessSet {
             inner: Arc::new(SetInner {
-                state: Mutex::default(),
+                state: Mutex::new(SetState {
+                    entries: HashMap::new(),
+                    queue: VecDeque::new(),
+                    quota,
+                }),
                 signal: Signal::default(),
             }),
-            max_entries,
         }
     }
 
@@ -243,6 +413,7 @@ impl ReadinessSet {
     }
 
     fn insert(&self, key: u64, interest: Interest, source: Source<'_>) -> Result<(), ErrorCode> {
+        let list = source.watchers.list();
         let entry = Arc::new(Entry {
             key,
             interest,
@@ -250,21 +421,29 @@ impl ReadinessSet {
             queued: AtomicBool::new(false),
             live: AtomicBool::new(true),
             check: source.check,
+            watchers: Arc::downgrade(&list),
+            slot: AtomicUsize::new(UNLISTED),
         });
-        {
+        let replaced = {
             let mut st = self.inner.lock();
             let id = (key, interest as u8);
-            if st.entries.len() >= self.max_entries && !st.entries.contains_key(&id) {
+            if !st.entries.contains_key(&id) && !st.quota.take() {
                 return Err(ErrorCode::InvalidArgument(format!(
-                    "readiness set is full: at most {} registrations (limit readiness_set_entries)",
-                    self.max_entries
+                    "too many readiness registrations: at most {} in all of this guest's readiness sets together (limit readiness_set_entries)",
+                    st.quota.max()
                 )));
             }
-            if let Some(old) = st.entries.insert(id, entry.clone()) {
+            let replaced = st.entries.insert(id, entry.clone());
+            if let Some(old) = &replaced {
                 old.live.store(false, Ordering::Release);
+                st.forgot(0);
             }
+            replaced
+        };
+        if let Some(old) = replaced {
+            old.retire();
         }
-        source.watchers.add(entry.clone());
+        list.add(entry.clone());
         if entry.is_ready() {
             entry.enqueue();
         }
@@ -275,8 +454,9 @@ impl ReadinessSet {
     /// registration of the same key and interest: `receive` or `send` on a
     /// [`MessageStream`], `accept` on a [`Listener`] or [`ByteListener`],
     /// `read` (its input stream) or `write` (its output stream) on a
-    /// [`ByteStream`]. Errors: `invalid-argument` for an interest that does
-    /// not apply to `target`, or a full set.
+    /// [`ByteStream`]. O(1). Errors: `invalid-argument` for an interest
+    /// that does not apply to `target`, or when the set's [`Quota`] is
+    /// used up (`readiness_set_entries` for a guest's sets).
     pub fn register<T: Watchable>(
         &self,
         target: &T,
@@ -292,13 +472,21 @@ impl ReadinessSet {
         self.insert(key, interest, source)
     }
 
-    /// Removes the registration of `key` and `interest`; false when there
-    /// was none.
+    /// Removes the registration of `key` and `interest` and gives its
+    /// place in the quota back; false when there was none. O(1).
     pub fn deregister(&self, key: u64, interest: Interest) -> bool {
-        let removed = self.inner.lock().entries.remove(&(key, interest as u8));
+        let removed = {
+            let mut st = self.inner.lock();
+            let removed = st.entries.remove(&(key, interest as u8));
+            if let Some(entry) = &removed {
+                entry.live.store(false, Ordering::Release);
+                st.forgot(1);
+            }
+            removed
+        };
         match removed {
             Some(entry) => {
-                entry.live.store(false, Ordering::Release);
+                entry.retire();
                 true
             }
             None => false,
@@ -407,8 +595,8 @@ impl wit::Host for TetherCtxView<'_> {}
 
 impl wit::HostReadinessSet for TetherCtxView<'_> {
     fn new(&mut self) -> wasmtime::Result<Resource<ReadinessSet>> {
-        let max = self.ctx.host.config.limits.readiness_set_entries;
-        Ok(self.table.push(ReadinessSet::new(max))?)
+        let quota = self.ctx.readiness.clone();
+        Ok(self.table.push(ReadinessSet::with_quota(quota))?)
     }
 
     fn register_message_stream(
@@ -488,5 +676,46 @@ impl wit::HostReadinessSet for TetherCtxView<'_> {
     fn drop(&mut self, this: Resource<ReadinessSet>) -> wasmtime::Result<()> {
         self.table.delete(this)?;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Registrations that are replaced or deregistered over and over on a
+    /// source that is always ready, with no `take-ready` in between: the
+    /// set's queue and the source's list hold about the live
+    /// registrations, not every one ever made (the old code kept each
+    /// replaced entry queued until a `take-ready` reached it: 100,000
+    /// here).
+    #[test]
+    fn churn_on_a_ready_source_holds_only_about_the_live_registrations() {
+        const KEYS: u64 = 4;
+        let signal = Signal::default();
+        let state = Arc::new(());
+        let set = ReadinessSet::new(KEYS as usize);
+        for round in 0..100_000u64 {
+            let source = signal_source(&signal, &state, |_| true);
+            set.insert(round % KEYS, Interest::Receive, source).unwrap();
+            if round % 3 == 0 {
+                set.deregister(round % KEYS, Interest::Receive);
+            }
+            signal.wake();
+        }
+        let live = set.len();
+        let queued = set.inner.lock().queue.len();
+        assert!(
+            queued <= 2 * live + 17,
+            "{queued} entries queued for {live} registrations"
+        );
+        assert_eq!(signal.watchers().len(), live);
+        let mut ready: Vec<u64> = set.take_ready(64).into_iter().map(|(k, _)| k).collect();
+        ready.sort_unstable();
+        assert_eq!(ready.len(), live, "each live registration once: {ready:?}");
+        ready.dedup();
+        assert_eq!(ready.len(), live, "each live registration once: {ready:?}");
+        drop(set);
+        assert_eq!(signal.watchers().len(), 0, "the dropped set's entries left");
     }
 }

@@ -43,6 +43,11 @@
 //! probe connect-aliased URL COUNT BYTES  call `connect` through the raw ABI with COUNT headers
 //!                                      whose names and values all point at one BYTES-byte string;
 //!                                      print `ok connecting` or `error tag T`
+//! probe readiness-sets ADDR SETS       one WebSocket listener on ADDR, SETS readiness sets each
+//!                                      filled with it under new keys until `register` fails; print
+//!                                      the total and the first failure; then check that a
+//!                                      deregistration, a dropped set and the dropped listener give
+//!                                      places back (one line each)
 //! probe aead                           host AEAD (`tether:streams/aead`): RFC 9001 A.5, then
 //!                                      hostile inputs (forged tag, oversized payload, wrong key
 //!                                      and nonce lengths, keys until refused), one line each
@@ -52,7 +57,9 @@ use std::process::ExitCode;
 
 mod aliased;
 
-use tether_guest_sdk::{self as sdk, ErrorCode, ListenOptions, Message, StreamError, websocket};
+use tether_guest_sdk::{
+    self as sdk, ErrorCode, Interest, ListenOptions, Message, ReadinessSet, StreamError, websocket,
+};
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().collect();
@@ -99,6 +106,7 @@ fn main() -> ExitCode {
         "fail-holding" => fail_holding(arg(2), arg(3)),
         "send-many-aliased" => aliased::send_many(arg(2), num(3), num(4)),
         "connect-aliased" => aliased::connect(arg(2), num(3), num(4)),
+        "readiness-sets" => readiness_sets(arg(2), num(3)),
         "aead" => {
             aead();
             Ok(())
@@ -598,6 +606,64 @@ fn ws_serve_hold(address: &str, hold_ms: u64, close_code: Option<u16>) -> Result
     sdk::monotonic_clock::subscribe_duration(hold_ms * 1_000_000).block();
     drop(stream);
     println!("ok released");
+    Ok(())
+}
+
+/// Fills `set` with `listener` under keys from `first` until `register`
+/// fails (at most 4 Mi); returns how many it took and the failure.
+fn fill(
+    set: &ReadinessSet,
+    listener: &websocket::Listener,
+    first: u64,
+) -> (u64, Option<ErrorCode>) {
+    let mut n = 0;
+    while n < 1 << 22 {
+        if let Err(e) = set.register_listener(listener, Interest::Accept, first + n) {
+            return (n, Some(e));
+        }
+        n += 1;
+    }
+    (n, None)
+}
+
+fn readiness_sets(address: &str, sets: usize) -> Result<(), ErrorCode> {
+    let options = ListenOptions {
+        subprotocols: vec![],
+    };
+    let listener = websocket::listen(address, &options)?;
+    let mut all = Vec::new();
+    let mut total = 0;
+    let mut first_error = None;
+    for _ in 0..sets {
+        let set = ReadinessSet::new();
+        let (n, e) = fill(&set, &listener, total);
+        total += n;
+        first_error = first_error.or(e);
+        all.push(set);
+    }
+    let lens: u64 = all.iter().map(|s| u64::from(s.len())).sum();
+    println!("ok sets={sets} registrations={total} lens={lens}");
+    match &first_error {
+        Some(e) => println!("ok full {} {}", sdk::error_kind(e), sdk::describe(e)),
+        None => println!("ok never-full"),
+    }
+    // A deregistration gives its place back, to any set.
+    let last = all.last().expect("at least one set");
+    let key = (0..total).find(|&k| all[0].deregister(k, Interest::Accept));
+    let (n, _) = fill(last, &listener, total);
+    println!("ok after-deregister={} (deregistered {key:?})", n);
+    // A dropped set gives all of its places back.
+    let dropped = u64::from(all.remove(0).len());
+    let set = ReadinessSet::new();
+    let (n, _) = fill(&set, &listener, total + 1);
+    println!("ok after-set-drop={n} (dropped {dropped})");
+    all.push(set);
+    // A dropped listener takes its registrations from every set.
+    drop(listener);
+    let lens: u64 = all.iter().map(|s| u64::from(s.len())).sum();
+    let listener = websocket::listen(address, &options)?;
+    let (n, _) = fill(&all[0], &listener, 0);
+    println!("ok after-listener-drop={n} (lens {lens})");
     Ok(())
 }
 

@@ -23,11 +23,9 @@ mod tcp;
 pub use runner::Runner;
 pub use tcp::ByteStream;
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
-
 use wasmtime::component::{Accessor, HasData, Linker, Resource};
 
+use crate::readiness::Quota;
 use crate::websocket::{Listener, MessageStream};
 use crate::{TetherCtxView, TetherView, bindings as p2, net, websocket};
 
@@ -86,34 +84,27 @@ pub fn add_to_linker<T: TetherView + 'static>(linker: &mut Linker<T>) -> wasmtim
 /// most `readiness_set_entries` (default 65,536) pending at once; one more
 /// returns `invalid-argument` naming the limit at once, and nothing else
 /// changes.
-pub(crate) struct PendingCall(Arc<AtomicUsize>);
+pub(crate) struct PendingCall(Quota);
 
 impl PendingCall {
     /// Counts a new pending call of the guest behind `store`, or the
     /// `invalid-argument` error when it has `readiness_set_entries` already.
     pub(crate) fn start<T>(store: &Accessor<T, HasTetherAsync>) -> Result<PendingCall, ErrorCode> {
-        let (count, max) = store.with(|mut s| {
-            let ctx = &s.get().ctx;
-            (
-                ctx.pending_calls.clone(),
-                ctx.host.config.limits.readiness_set_entries,
-            )
-        });
-        let taken = count.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
-            (n < max).then_some(n + 1)
-        });
-        match taken {
-            Ok(_) => Ok(PendingCall(count)),
-            Err(_) => Err(ErrorCode::InvalidArgument(format!(
-                "too many pending calls: at most {max} at once (limit readiness_set_entries)"
-            ))),
+        let quota = store.with(|mut s| s.get().ctx.readiness.clone());
+        if quota.take() {
+            Ok(PendingCall(quota))
+        } else {
+            Err(ErrorCode::InvalidArgument(format!(
+                "too many pending calls: at most {} at once (limit readiness_set_entries)",
+                quota.max()
+            )))
         }
     }
 }
 
 impl Drop for PendingCall {
     fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::AcqRel);
+        self.0.release(1);
     }
 }
 

@@ -1,6 +1,6 @@
 //! Readiness sets (`tether:streams/readiness`): level-triggered reports of
 //! only what is ready, registrations that die with their resource, the
-//! per-set limit, and a server guest whose wake-up cost does not grow with
+//! per-guest limit, O(1) registration, and a server guest whose wake-up cost does not grow with
 //! the number of open streams.
 
 use std::time::{Duration, Instant};
@@ -21,13 +21,18 @@ async fn wait(set: &ReadinessSet) {
         .expect("the readiness set never became ready");
 }
 
-#[tokio::test(flavor = "current_thread")]
-async fn message_streams_and_listeners_are_level_triggered_and_forgotten_on_drop() {
-    let host = HostCtx::new(local_config()).unwrap();
+/// A WebSocket listener of `host` on an ephemeral port of 127.0.0.1.
+fn bind_listener(host: &std::sync::Arc<HostCtx>) -> Listener {
     let options = ListenOptions {
         subprotocols: Vec::new(),
     };
-    let listener = Listener::bind(host.clone(), "127.0.0.1:0", options).unwrap();
+    Listener::bind(host.clone(), "127.0.0.1:0", options).unwrap()
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn message_streams_and_listeners_are_level_triggered_and_forgotten_on_drop() {
+    let host = HostCtx::new(local_config()).unwrap();
+    let listener = bind_listener(&host);
     let addr = listener.local_addr();
     let set = ReadinessSet::new(4);
     set.register(&listener, Interest::Accept, 100).unwrap();
@@ -162,6 +167,136 @@ async fn byte_streams_and_byte_listeners_report_read_write_and_accept() {
     assert_eq!(set.take_ready(8), vec![(7, Interest::Read)], "woken again");
     drop(stream);
     assert_eq!(set.len(), 0, "the byte stream's registrations went with it");
+}
+
+/// `readiness_set_entries` bounds a guest, not a set: a guest that makes
+/// 16 sets and fills each with one listener under new keys holds 4,096
+/// registrations in all (the old per-set bound let it hold 16 x 4,096,
+/// and with the default 40 sets took 400 MiB of host memory: red team
+/// F2). The refusal is `invalid-argument` naming the limit; a
+/// deregistration, a dropped set and a dropped listener give places back.
+#[tokio::test(flavor = "current_thread")]
+async fn a_guest_holds_at_most_readiness_set_entries_registrations_in_all_its_sets() {
+    const LIMIT: usize = 4096;
+    let mut config = local_config();
+    config.limits.readiness_set_entries = LIMIT;
+    let runner = runner(config);
+    let out = probe(&runner, &["readiness-sets", "127.0.0.1:0", "16"]).await;
+    assert!(out.success(), "{}", show(&out));
+    let text = out.stdout_text();
+    let line = |prefix: &str| {
+        text.lines()
+            .find(|l| l.starts_with(prefix))
+            .unwrap_or_else(|| panic!("no `{prefix}` line:\n{}", show(&out)))
+            .to_string()
+    };
+    assert_eq!(
+        line("ok sets="),
+        format!("ok sets=16 registrations={LIMIT} lens={LIMIT}"),
+        "{}",
+        show(&out)
+    );
+    let full = line("ok full");
+    assert!(
+        full.starts_with("ok full invalid-argument") && full.contains("readiness_set_entries"),
+        "{full}"
+    );
+    assert!(full.contains(&format!("at most {LIMIT}")), "{full}");
+    assert!(
+        line("ok after-deregister=").starts_with("ok after-deregister=1 "),
+        "a deregistration in one set makes room in another:\n{}",
+        show(&out)
+    );
+    assert_eq!(
+        line("ok after-set-drop="),
+        format!("ok after-set-drop={} (dropped {})", LIMIT - 1, LIMIT - 1),
+        "a dropped set gives back exactly its registrations"
+    );
+    assert_eq!(
+        line("ok after-listener-drop="),
+        format!("ok after-listener-drop={LIMIT} (lens 0)"),
+        "a dropped listener's registrations leave every set and the count"
+    );
+}
+
+/// Registering one resource under many keys costs O(1) each, and so do
+/// deregistering and dropping the set: 65,536 registrations of one
+/// listener, all deregistered, and 65,536 more in a second set, dropped.
+/// The old code walked the listener's whole watcher list on every
+/// registration (65,536 took 9.2 s of host CPU, red team F2); this takes
+/// tens of milliseconds, well under the 1 s bound.
+#[tokio::test(flavor = "current_thread")]
+async fn registering_one_resource_under_many_keys_costs_o1_each() {
+    const N: u64 = 1 << 16;
+    let host = HostCtx::new(local_config()).unwrap();
+    let listener = bind_listener(&host);
+    let t0 = Instant::now();
+    let set = ReadinessSet::new(N as usize);
+    for key in 0..N {
+        set.register(&listener, Interest::Accept, key).unwrap();
+    }
+    assert_eq!(set.len(), N as usize);
+    let registered = t0.elapsed();
+    for key in 0..N {
+        assert!(set.deregister(key, Interest::Accept));
+    }
+    let other = ReadinessSet::new(N as usize);
+    for key in 0..N {
+        other.register(&listener, Interest::Accept, key).unwrap();
+    }
+    drop(other);
+    let total = t0.elapsed();
+    assert!(
+        total < Duration::from_secs(1),
+        "{N} registrations of one listener took {registered:?}; with {N} deregistrations \
+         and {N} more registrations, {total:?}"
+    );
+    eprintln!("{N} registrations {registered:?}, all three rounds {total:?}");
+}
+
+/// A registration that ends (deregistered, replaced, its set dropped)
+/// leaves the resource's list of watchers at once, so the host holds
+/// nothing for it (the old code kept such entries on the resource until
+/// its next registration); sets made with one [`Quota`] share its bound.
+#[tokio::test(flavor = "current_thread")]
+async fn ended_registrations_leave_the_resource_and_sets_share_a_quota() {
+    use tether_host::readiness::{Quota, Watchable};
+    let host = HostCtx::new(local_config()).unwrap();
+    let listener = bind_listener(&host);
+    let watchers = || listener.source(Interest::Accept).unwrap().watchers().len();
+    let quota = Quota::new(1000);
+    let a = ReadinessSet::with_quota(quota.clone());
+    let b = ReadinessSet::with_quota(quota.clone());
+    for key in 0..600 {
+        a.register(&listener, Interest::Accept, key).unwrap();
+    }
+    for key in 0..400 {
+        b.register(&listener, Interest::Accept, key).unwrap();
+    }
+    assert_eq!((quota.used(), watchers()), (1000, 1000));
+    assert!(
+        matches!(
+            b.register(&listener, Interest::Accept, 400),
+            Err(ErrorCode::InvalidArgument(m)) if m.contains("at most 1000")
+                && m.contains("readiness_set_entries")
+        ),
+        "the shared quota is used up"
+    );
+    b.register(&listener, Interest::Accept, 0)
+        .expect("replacing a registration needs no room");
+    assert_eq!(
+        (quota.used(), watchers()),
+        (1000, 1000),
+        "replaced, not added"
+    );
+    for key in 0..300 {
+        assert!(a.deregister(key, Interest::Accept));
+    }
+    assert_eq!((quota.used(), watchers()), (700, 700));
+    drop(b);
+    assert_eq!((quota.used(), watchers()), (300, 300), "the set's 400 went");
+    drop(a);
+    assert_eq!((quota.used(), watchers()), (0, 0));
 }
 
 /// Round trips of 32 B on `conns[i]` for `n` pseudo-random `i`, ns each.
