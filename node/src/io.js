@@ -24,6 +24,20 @@ export class Signal {
   }
 }
 
+/** The readiness registrations on a resource (a `Set` of entries under this key). */
+export const REGISTRATIONS = Symbol("readiness registrations");
+
+/**
+ * Removes every readiness registration on `target` from its set, at once:
+ * call it when the resource is dropped, so its places in the guest's
+ * `readiness_set_entries` go back without waiting for a `take-ready`.
+ */
+export function dropRegistrations(target) {
+  const entries = target[REGISTRATIONS];
+  if (!entries) return;
+  for (const e of [...entries]) e.set.remove(e.id);
+}
+
 /** `wasi:io/poll` pollable: ready when `check()` is true. */
 export class Pollable {
   /**

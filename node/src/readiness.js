@@ -3,8 +3,11 @@
 // (once, however often it is woken), `take-ready` re-checks queued entries
 // and keeps those still ready, so the cost is O(1) per event and
 // O(entries returned) per call, whatever the number of registrations.
+// `readiness_set_entries` bounds a guest's registrations in all its sets
+// together (one count per host, which runs one guest); a dropped resource
+// gives its places back at once (`dropRegistrations`).
 
-import { Signal, Pollable, yieldingReturn } from "./io.js";
+import { Signal, Pollable, yieldingReturn, REGISTRATIONS } from "./io.js";
 import { E } from "./config.js";
 import { MessageStream, Listener } from "./websocket.js";
 import { ByteStream, ByteListener } from "./tcp.js";
@@ -15,6 +18,8 @@ const keyOf = (key, interest) => `${key}/${interest}`;
 export class ReadinessSet {
   constructor(host) {
     this.host = host;
+    // The guest's count of registrations, shared by all its sets.
+    this.quota = host.readinessQuota ??= { count: 0 };
     this.entries = new Map();
     this.queue = new Set();
     this.signal = new Signal();
@@ -23,13 +28,16 @@ export class ReadinessSet {
   add(target, signal, check, key, interest) {
     const id = keyOf(key, interest);
     const old = this.entries.get(id);
-    if (!old && this.entries.size >= this.host.limits.readinessSetEntries) {
+    const max = this.host.limits.readinessSetEntries;
+    if (!old && this.quota.count >= max) {
       throw E.invalidArgument(
-        `readiness set is full: at most ${this.host.limits.readinessSetEntries} registrations (limit readiness_set_entries)`,
+        `too many readiness registrations: at most ${max} in all of this guest's readiness sets together (limit readiness_set_entries)`,
       );
     }
     if (old) this.remove(id);
-    const entry = { key: BigInt(key), interest, target, signal, check, id };
+    const entry = { key: BigInt(key), interest, target, signal, check, id, set: this };
+    this.quota.count++;
+    (target[REGISTRATIONS] ??= new Set()).add(entry);
     entry.wake = () => {
       if (!this.queue.has(entry)) this.queue.add(entry);
       this.signal.wake();
@@ -47,6 +55,8 @@ export class ReadinessSet {
     e.signal.waiters.delete(e.wake);
     this.entries.delete(id);
     this.queue.delete(e);
+    e.target[REGISTRATIONS]?.delete(e);
+    this.quota.count--;
     return true;
   }
 

@@ -3,7 +3,7 @@
 // accept queue (`listener`, `byte-listener`), each with its `Signal`.
 // Mirrors host/src/ready.rs and host/src/accept.rs.
 
-import { Signal, Pollable } from "./io.js";
+import { Signal, Pollable, dropRegistrations } from "./io.js";
 import { E } from "./config.js";
 
 /**
@@ -77,6 +77,7 @@ export class AcceptQueue {
   }
   [Symbol.dispose]() {
     this.dropped = true;
+    dropRegistrations(this);
     this.stopped = true;
     this.server.close();
     for (const c of this.queue) this.closeQueued(c);

@@ -5,7 +5,7 @@
 // handed to the kernel yet). TCP_NODELAY on every socket.
 
 import net from "node:net";
-import { Signal, InputStream, OutputStream, streamClosed, streamFailed } from "./io.js";
+import { Signal, InputStream, OutputStream, streamClosed, streamFailed, dropRegistrations } from "./io.js";
 import { PendingConnect, AcceptQueue } from "./ready.js";
 import { E, fromNodeError } from "./config.js";
 import { splitHostPort, checkDestination, resolveAllowed, sockAddr } from "./net.js";
@@ -153,6 +153,7 @@ export class ByteStream {
   }
   [Symbol.dispose]() {
     this.dropped = true;
+    dropRegistrations(this);
     this.s.release();
   }
 }

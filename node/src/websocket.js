@@ -7,7 +7,7 @@
 import http from "node:http";
 import { readFileSync } from "node:fs";
 import WebSocket, { WebSocketServer } from "ws";
-import { Signal, Pollable } from "./io.js";
+import { Signal, Pollable, dropRegistrations } from "./io.js";
 import { PendingConnect, AcceptQueue } from "./ready.js";
 import { E, QUEUED_MESSAGE_OVERHEAD, fromNodeError } from "./config.js";
 import { checkDestination, resolveAllowed, pinnedLookup, sockAddr } from "./net.js";
@@ -274,6 +274,7 @@ export class MessageStream {
   }
   [Symbol.dispose]() {
     this.dropped = true;
+    dropRegistrations(this);
     this.conn.dropped = true;
     this.conn.startClose(1000, "");
     this.conn.signal.wake();
