@@ -166,3 +166,72 @@ fn sigterm_ends_a_jmux_tunnel_with_a_going_away_close() {
     let (status, _) = server.exit_within(Duration::from_secs(5));
     assert_eq!(status.code(), Some(0), "{}", rest(&log));
 }
+
+/// A listener that stopped accepting leaves the JMUX guest's readiness
+/// set: it is logged once and never tried again. The guest kept it
+/// registered, and a SIGTERM with a tunnel still open made it wake and log
+/// `accept: closed` every turn until the session ended (the red team of
+/// 2026-12-03 counted about 650 lines in 0.1 s).
+#[test]
+fn a_closed_jmux_listener_is_logged_once_not_every_turn() {
+    let target = TcpListener::bind("127.0.0.1:0").unwrap();
+    let target_addr = target.local_addr().unwrap().to_string();
+    std::thread::spawn(move || {
+        for conn in target.incoming() {
+            let Ok(mut conn) = conn else { return };
+            std::thread::spawn(move || {
+                let mut buf = [0u8; 4096];
+                while let Ok(n @ 1..) = conn.read(&mut buf) {
+                    if conn.write_all(&buf[..n]).is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    let (mut server, server_log) =
+        Running::spawn(&["jmux", "--", "ws-listen://127.0.0.1:0", "--allow-all"]);
+    let line = wait_for(&server_log, "ws://");
+    let url = line
+        .split_whitespace()
+        .find(|w| w.starts_with("ws://"))
+        .unwrap()
+        .to_string();
+    let (mut client, log) = Running::spawn(&[
+        "jmux",
+        "--shutdown-timeout-ms",
+        "3000",
+        "--",
+        &url,
+        "http-listen://127.0.0.1:0",
+    ]);
+    let line = wait_for(&log, "http listener on");
+    let proxy = line.rsplit(' ').next().unwrap().to_string();
+    // An open tunnel keeps the session (and the guest's loop) going after
+    // the signal closed the listener.
+    let mut tunnel = TcpStream::connect(&proxy).unwrap();
+    tunnel
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    write!(tunnel, "CONNECT {target_addr} HTTP/1.1\r\n\r\n").unwrap();
+    let mut reply = [0u8; 39];
+    tunnel.read_exact(&mut reply).unwrap();
+    assert!(reply.starts_with(b"HTTP/1.1 200"), "{reply:?}");
+    tunnel.write_all(b"ping").unwrap();
+    let mut echo = [0u8; 4];
+    tunnel.read_exact(&mut echo).unwrap();
+    assert_eq!(&echo, b"ping");
+
+    client.signal("TERM");
+    let _ = client.exit_within(Duration::from_secs(10));
+    let log = rest(&log);
+    let accepts = log.lines().filter(|l| l.contains("accept")).count();
+    assert!(
+        accepts <= 1,
+        "{accepts} lines about accept after the signal:\n{}",
+        log.lines().take(20).collect::<Vec<_>>().join("\n")
+    );
+    drop(tunnel);
+    server.signal("TERM");
+    let _ = server.exit_within(Duration::from_secs(10));
+}

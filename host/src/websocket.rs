@@ -132,6 +132,11 @@ struct State {
     /// pings and never reads is pushed back by TCP instead of growing
     /// tungstenite's write buffer.
     pong_debt: usize,
+    /// Bytes of the queued inbound messages charged to the host's
+    /// `max_assembling_bytes` (what each was past
+    /// [`ASSEMBLY_ALLOWANCE_BYTES`] when it arrived): released once the
+    /// guest has taken every queued message, or the stream is gone.
+    queued_charge: usize,
     /// The guest dropped the `message-stream`: its pollables are ready
     /// (the drop rule in `wit/tether.wit`).
     dropped: bool,
@@ -284,6 +289,10 @@ impl Shared {
         let was_full = st.inbound_bytes >= self.inbound_limit;
         st.inbound_bytes -= queued;
         self.stats.sub_buffered(queued);
+        if st.inbound.is_empty() && st.queued_charge > 0 {
+            self.stats
+                .sub_assembling(std::mem::take(&mut st.queued_charge));
+        }
         let has_room = st.inbound_bytes < self.inbound_limit;
         drop(st);
         if was_full && has_room {
@@ -462,6 +471,7 @@ impl Drop for Shared {
         let st = self.lock();
         self.stats
             .sub_buffered(st.inbound_bytes + st.outbound_bytes);
+        self.stats.sub_assembling(st.queued_charge);
     }
 }
 
@@ -561,6 +571,10 @@ impl MessageStream {
             held: Default::default(),
             charged: Default::default(),
             budget: limits.max_assembling_bytes,
+            control_header: match direction {
+                Direction::Inbound => 6,
+                Direction::Outbound => 2,
+            },
             stats: host.stats.clone(),
         });
         ws.get_mut().assembly = Some(assembly.clone());
@@ -901,9 +915,14 @@ async fn read_loop<S>(
             })
             .await;
         let item = rx.next().await;
-        if matches!(item, Some(Ok(_))) {
-            assembly.delivered();
-        }
+        let charge = match &item {
+            Some(Ok(WsMessage::Text(_) | WsMessage::Binary(_))) => assembly.message_delivered(),
+            Some(Ok(WsMessage::Ping(p) | WsMessage::Pong(p))) => {
+                assembly.control_delivered(assembly.control_header + p.len());
+                0
+            }
+            _ => 0,
+        };
         {
             let mut st = shared.lock();
             let message = match item {
@@ -976,6 +995,7 @@ async fn read_loop<S>(
             shared.metrics.websocket.received_messages.inc();
             shared.metrics.websocket.received_bytes.inc_by(len as u64);
             st.inbound_bytes += queued_len(len);
+            st.queued_charge += charge;
             shared.stats.add_buffered(queued_len(len));
             st.inbound.push_back(message);
         }
@@ -984,7 +1004,7 @@ async fn read_loop<S>(
     // The read half goes first; the writer task drops the write half once
     // it has sent what it must, and the TCP connection closes.
     drop(rx);
-    assembly.delivered();
+    assembly.ended();
     let mut st = shared.lock();
     if st.close_info.is_none() {
         shared.metrics.close_code(false, CLOSE_ABNORMAL);
@@ -1317,10 +1337,13 @@ const REFUSED_HEAD_TOO_LONG: &[u8] = b"HTTP/1.1 431 Request Header Fields Too La
 /// What one message stream read off its socket toward messages not yet
 /// complete, charged to the host's `max_assembling_bytes` budget past
 /// [`ASSEMBLY_ALLOWANCE_BYTES`]. The transport ([`Metered`]) counts every
-/// byte tungstenite reads; the reader task resets the count whenever
-/// tungstenite hands it a message or a control frame, so the count is what
-/// tungstenite holds toward the next one (plus at most the rest of one
-/// socket read, [`READ_BUFFER_BYTES`], of what follows).
+/// byte tungstenite reads; a control frame tungstenite hands over takes
+/// its own bytes off the count, and a data message takes its charge along
+/// into the inbound queue (held until the guest has taken the queue, see
+/// `State::queued_charge`), so the count is what tungstenite holds toward
+/// the next message (plus at most the rest of one socket read,
+/// [`READ_BUFFER_BYTES`], of what follows), however the peer interleaves
+/// pings and pongs.
 struct Assembly {
     /// Bytes read since tungstenite last handed over a message or frame.
     held: std::sync::atomic::AtomicUsize,
@@ -1328,6 +1351,10 @@ struct Assembly {
     charged: std::sync::atomic::AtomicUsize,
     /// `max_assembling_bytes`.
     budget: usize,
+    /// Bytes of a frame header besides the payload length of a control
+    /// frame from the peer: 2, plus the 4-byte mask a client's frames carry
+    /// (RFC 6455 section 5.2).
+    control_header: usize,
     stats: Arc<crate::Stats>,
 }
 
@@ -1378,9 +1405,31 @@ impl Assembly {
         Ok(())
     }
 
-    /// tungstenite handed over a message or control frame (or the stream
-    /// ended): what was read is no longer an unfinished message.
-    fn delivered(&self) {
+    /// tungstenite handed over a data message: the count starts again,
+    /// and the message's charge goes along with it into the inbound queue
+    /// (returned, still charged to the budget).
+    fn message_delivered(&self) -> usize {
+        use std::sync::atomic::Ordering::Relaxed;
+        self.held.store(0, Relaxed);
+        self.charged.swap(0, Relaxed)
+    }
+
+    /// tungstenite handed over a control frame of `wire` bytes (header
+    /// included): they are no longer held, the unfinished message is.
+    fn control_delivered(&self, wire: usize) {
+        use std::sync::atomic::Ordering::Relaxed;
+        let held = self.held.load(Relaxed).saturating_sub(wire);
+        self.held.store(held, Relaxed);
+        let over = held.saturating_sub(ASSEMBLY_ALLOWANCE_BYTES);
+        let charged = self.charged.load(Relaxed);
+        if charged > over {
+            self.charged.store(over, Relaxed);
+            self.stats.sub_assembling(charged - over);
+        }
+    }
+
+    /// The stream ended: nothing is held any more.
+    fn ended(&self) {
         use std::sync::atomic::Ordering::Relaxed;
         self.held.store(0, Relaxed);
         let charged = self.charged.swap(0, Relaxed);
@@ -1392,7 +1441,7 @@ impl Assembly {
 
 impl Drop for Assembly {
     fn drop(&mut self) {
-        self.delivered();
+        self.ended();
     }
 }
 

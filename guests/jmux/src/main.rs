@@ -133,6 +133,7 @@ fn run(args: ProxyArgs, poll_all: bool) -> Result<(), String> {
             listener,
             spec,
             pending: true,
+            ended: false,
         });
     }
     let session = Session::new(args.session).map_err(|e| e.to_string())?;
@@ -220,6 +221,9 @@ struct Listener {
     /// Connections may be waiting (untried, or the pollable fired): only
     /// then is `accept` worth a host call.
     pending: bool,
+    /// `accept` failed (`closed` once the host shuts down): the listener
+    /// is out of the readiness set and never tried again.
+    ended: bool,
 }
 
 /// A client connection in its SOCKS5 or HTTP proxy handshake, registered
@@ -236,7 +240,7 @@ struct Handshake {
 
 enum HandshakeKind {
     Socks(socks5::Socks5Handshake),
-    Http(Vec<u8>),
+    Http(http::HeadReader),
 }
 
 /// Why a proxy handshake is cut short (an index into
@@ -600,7 +604,7 @@ impl Proxy {
             Wake::PipeTx => self.pipe_blocked = false,
             Wake::Listener(l) => {
                 if let Some(l) = self.listeners.get_mut(l) {
-                    l.pending = true;
+                    l.pending = !l.ended;
                 }
             }
             Wake::Connect | Wake::Timer => {}
@@ -1002,8 +1006,23 @@ impl Proxy {
                         break;
                     }
                     Err(e) => {
-                        eprintln!("jmux: accept: {}", sdk::describe(&e));
-                        self.listeners[i].pending = false;
+                        // Terminal (the WIT's `closed`): a listener left
+                        // in the set would wake every turn and log each
+                        // time until the session ends.
+                        let l = &mut self.listeners[i];
+                        eprintln!(
+                            "jmux: listener on {}: accept: {}; it accepts no more",
+                            l.listener.local_address(),
+                            sdk::describe(&e)
+                        );
+                        l.pending = false;
+                        l.ended = true;
+                        l.ready = None;
+                        if !self.poll_all {
+                            let _ = self
+                                .set
+                                .deregister(KEY_LISTENER | i as u64, Interest::Accept);
+                        }
                         break;
                     }
                 };
@@ -1017,7 +1036,7 @@ impl Proxy {
                     ListenerSpec::Socks5 { .. } => {
                         HandshakeKind::Socks(socks5::Socks5Handshake::new())
                     }
-                    ListenerSpec::Http { .. } => HandshakeKind::Http(Vec::new()),
+                    ListenerSpec::Http { .. } => HandshakeKind::Http(http::HeadReader::new()),
                 };
                 if self.live_handshakes >= self.handshake_limits.max_in_progress {
                     self.cut_handshake(conn, &kind, Cut::Busy);
@@ -1215,17 +1234,11 @@ impl Proxy {
                             }
                         }
                     }
-                    HandshakeKind::Http(buf) => {
-                        buf.extend_from_slice(&b);
-                        match http::parse_request(buf) {
+                    HandshakeKind::Http(head) => {
+                        match head.feed(&b) {
                             Ok(None) => Outcome::Wait,
-                            Ok(Some((http::ProxyRequest::Connect { destination }, n))) => {
-                                Outcome::Open(
-                                    destination,
-                                    Greeting::HttpConnect,
-                                    buf.split_off(n),
-                                    None,
-                                )
+                            Ok(Some((http::ProxyRequest::Connect { destination }, rest))) => {
+                                Outcome::Open(destination, Greeting::HttpConnect, rest, None)
                             }
                             Ok(Some((
                                 http::ProxyRequest::Forward {
@@ -1233,7 +1246,7 @@ impl Proxy {
                                     mut head,
                                     gate,
                                 },
-                                n,
+                                mut rest,
                             ))) => {
                                 // Only the request's body may follow its
                                 // head (see `Forward::admit`).
@@ -1241,7 +1254,6 @@ impl Proxy {
                                     gate,
                                     held: Vec::new(),
                                 };
-                                let mut rest = buf.split_off(n);
                                 match forward.admit(&mut rest) {
                                     Ok(()) => {
                                         head.extend_from_slice(&rest);

@@ -989,6 +989,23 @@ async fn next_frame(rx: &mut tokio::net::tcp::OwnedReadHalf) -> Option<(u8, Vec<
     .flatten()
 }
 
+/// A runner whose messages are at most `max_message` bytes and whose
+/// host-wide `max_assembling_bytes` is `budget`, with its stats.
+fn budget_runner(
+    max_message: usize,
+    budget: usize,
+) -> (
+    tether_host::runner::Runner,
+    std::sync::Arc<tether_host::Stats>,
+) {
+    let mut config = local_config();
+    config.limits.max_message_bytes = max_message;
+    config.limits.max_assembling_bytes = budget;
+    let runner = runner(config);
+    let stats = runner.host().stats.clone();
+    (runner, stats)
+}
+
 /// Unfinished inbound messages count against the host's
 /// `max_assembling_bytes` (6 MiB here, messages up to 4 MiB). Two peers
 /// each hold 2.5 MiB of a fragmented message; a third, whose fragment
@@ -1002,11 +1019,7 @@ async fn unfinished_messages_past_the_host_budget_fail_with_1013() {
     const FRAGMENT: usize = 5 << 19;
     const BUDGET: usize = 6 << 20;
     tokio::time::timeout(Duration::from_secs(120), async {
-        let mut config = local_config();
-        config.limits.max_message_bytes = 4 << 20;
-        config.limits.max_assembling_bytes = BUDGET;
-        let runner = runner(config);
-        let stats = runner.host().stats.clone();
+        let (runner, stats) = budget_runner(4 << 20, BUDGET);
         let (listen, addr) = listen_address();
         let guest = echo(&runner, &["server", &listen, "4"]);
         let held = tether_host::websocket::ASSEMBLY_ALLOWANCE_BYTES;
@@ -1078,6 +1091,131 @@ async fn unfinished_messages_past_the_host_budget_fail_with_1013() {
         let (out, peers) = tokio::join!(guest, peers);
         peers.unwrap();
         assert!(out.success(), "{}", show(&out));
+    })
+    .await
+    .expect("test deadline");
+}
+
+/// Opens a fragmented binary message of `total` bytes in 60 KiB
+/// fragments, each followed by an empty pong (masked): the pongs must not
+/// make the host forget the fragments it holds.
+fn fragments_between_pongs(total: usize) -> Vec<u8> {
+    let pong = frame(0x8a, b"", true);
+    let mut out = frame(0x02, &vec![0x41; 60 << 10], true);
+    out.extend_from_slice(&pong);
+    let mut sent = 60 << 10;
+    while sent < total {
+        out.extend(frame(0x00, &vec![0x41; 60 << 10], true));
+        out.extend_from_slice(&pong);
+        sent += 60 << 10;
+    }
+    out
+}
+
+/// Pongs (or pings) between the fragments of an unfinished message do not
+/// reset what the host counts against `max_assembling_bytes`: a peer that
+/// sends 8 MiB of fragments, a pong after each 60 KiB, under a 6 MiB
+/// budget gets 1013. Before, each control frame reset the count, so a
+/// peer made the host hold up to `max_message_bytes` whatever the budget
+/// (the red team of 2026-12-03: 8 peers, +505 MiB under a 256 MiB budget).
+#[tokio::test(flavor = "current_thread")]
+async fn control_frames_between_fragments_do_not_reset_the_budget() {
+    const BUDGET: usize = 6 << 20;
+    tokio::time::timeout(Duration::from_secs(60), async {
+        let (runner, stats) = budget_runner(16 << 20, BUDGET);
+        let (listen, addr) = listen_address();
+        let guest = echo(&runner, &["server", &listen, "1"]);
+        let peer = peer_runtime().spawn(async move {
+            let (mut rx, mut tx) = raw_upgrade(addr).await.into_split();
+            let bytes = fragments_between_pongs(8 << 20);
+            let _writer = tokio::spawn(async move {
+                let _ = tx.write_all(&bytes).await;
+                tx
+            });
+            let close = next_frame(&mut rx)
+                .await
+                .map(|(first, p)| (first, p.get(..2).map(|c| u16::from_be_bytes([c[0], c[1]]))));
+            (close, stats.peak_assembling_bytes())
+        });
+        let (out, peer) = tokio::join!(guest, peer);
+        let (close, peak) = peer.unwrap();
+        assert_eq!(
+            close,
+            Some((0x88, Some(1013))),
+            "the peer past the budget must get close 1013; {}",
+            show(&out)
+        );
+        assert!(peak <= BUDGET, "{peak} bytes charged, budget {BUDGET}");
+    })
+    .await
+    .expect("test deadline");
+}
+
+/// Complete messages the guest has not taken stay charged to
+/// `max_assembling_bytes` (past each stream's 64 KiB): two peers whose
+/// upgraded streams wait in the accept backlog send one 2.5 MiB message
+/// each and stay within the 6 MiB budget; a third is failed with 1013.
+/// Before, a message's charge ended when it was complete, so every stream
+/// of the backlog could hold `inbound_buffer_bytes` plus one maximal
+/// message (the red team of 2026-12-03: 126 MiB per unaccepted peer, 64
+/// of them per listener).
+#[tokio::test(flavor = "current_thread")]
+async fn complete_messages_not_taken_yet_stay_charged_to_the_budget() {
+    const MESSAGE: usize = 5 << 19;
+    const BUDGET: usize = 6 << 20;
+    tokio::time::timeout(Duration::from_secs(60), async {
+        let (runner, stats) = budget_runner(4 << 20, BUDGET);
+        let (listen, addr) = listen_address();
+        // Accepts nothing for 4 s, then takes the three streams and ends.
+        let guest = probe(&runner, &["ws-backlog", &listen, "4000", "3"]);
+        let held = tether_host::websocket::ASSEMBLY_ALLOWANCE_BYTES;
+        let peers = peer_runtime().spawn(async move {
+            let mut keep = Vec::new();
+            for n in 1..=2 {
+                let (rx, mut tx) = raw_upgrade(addr).await.into_split();
+                tx.write_all(&frame(0x82, &vec![0x42; MESSAGE], true))
+                    .await
+                    .unwrap();
+                let charged = time_until(Duration::from_secs(10), || {
+                    stats.assembling_bytes() >= n * (MESSAGE - held)
+                })
+                .await;
+                assert!(
+                    charged.is_some(),
+                    "peer {n}'s complete message is not charged: {} bytes",
+                    stats.assembling_bytes()
+                );
+                keep.push((rx, tx));
+            }
+            let (mut rx3, mut tx3) = raw_upgrade(addr).await.into_split();
+            let _writer = tokio::spawn(async move {
+                let _ = tx3
+                    .write_all(&frame(0x82, &vec![0x43; MESSAGE], true))
+                    .await;
+                tx3
+            });
+            let close = next_frame(&mut rx3)
+                .await
+                .map(|(first, p)| (first, p.get(..2).map(|c| u16::from_be_bytes([c[0], c[1]]))));
+            assert_eq!(close, Some((0x88, Some(1013))), "the third peer");
+            assert!(stats.peak_assembling_bytes() <= BUDGET);
+            keep
+        });
+        let (out, peers) = tokio::join!(guest, peers);
+        drop(peers.unwrap());
+        assert!(out.success(), "{}", show(&out));
+        // The guest took the streams and ended: nothing stays charged.
+        assert!(
+            time_until(Duration::from_secs(10), || runner
+                .host()
+                .stats
+                .assembling_bytes()
+                == 0)
+            .await
+            .is_some(),
+            "{} bytes still charged",
+            runner.host().stats.assembling_bytes()
+        );
     })
     .await
     .expect("test deadline");

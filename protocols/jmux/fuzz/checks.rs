@@ -1056,11 +1056,16 @@ fn socks5_run<'a>(chunks: impl Iterator<Item = &'a [u8]>) -> (Vec<u8>, Socks5Out
 /// does not admit come after the request's end (the gate is closed or
 /// holds for an upgrade), and a closed gate admits nothing more; the same
 /// bytes as the origin's answer move an upgrade on, and a tunnel admits
-/// everything.
+/// everything. An `http::HeadReader` fed the bytes in pieces of the
+/// first byte's size finds the same request on the piece that holds the
+/// head's end, with the rest of that piece after it; it never finds a
+/// request where the whole buffer has none, and holds at most
+/// `MAX_HEAD` plus one piece.
 pub fn http_proxy(data: &[u8]) {
     let Some((&cut, buf)) = data.split_first() else {
         return;
     };
+    check_head_reader(buf, usize::from(cut).max(1));
     match http::parse_request(buf) {
         Ok(Some((req, n))) => {
             assert!(n <= buf.len());
@@ -1089,6 +1094,42 @@ pub fn http_proxy(data: &[u8]) {
             assert!(resp.starts_with(b"HTTP/1.1 400 ") || resp.starts_with(b"HTTP/1.1 431 "));
         }
     }
+}
+
+fn check_head_reader(buf: &[u8], piece: usize) {
+    let whole = http::parse_request(buf);
+    let mut reader = http::HeadReader::new();
+    let mut fed = 0;
+    for p in buf.chunks(piece) {
+        fed += p.len();
+        match reader.feed(p) {
+            Ok(None) => assert!(reader.len() <= http::MAX_HEAD + piece),
+            Ok(Some((req, rest))) => {
+                let Ok(Some((want, n))) = &whole else {
+                    panic!("the reader found {req:?}, the whole buffer {whole:?}");
+                };
+                assert_eq!(&req, want);
+                assert!(
+                    *n <= fed && fed - n < piece + 1,
+                    "found late: head {n}, fed {fed}"
+                );
+                assert_eq!(rest, &buf[*n..fed]);
+                return;
+            }
+            Err(e) => {
+                assert!(
+                    !matches!(whole, Ok(Some(_))),
+                    "the reader refused ({e}) a request the whole buffer holds"
+                );
+                return;
+            }
+        }
+    }
+    assert!(
+        !matches!(whole, Ok(Some(_))),
+        "the reader missed the request of a {}-byte buffer",
+        buf.len()
+    );
 }
 
 /// What a gate admits of `rest`: the count, or `None` on a framing error.

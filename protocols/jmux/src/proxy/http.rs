@@ -12,8 +12,10 @@
 //!   (`Proxy-Connection`, `Proxy-Authorization`, `Connection`,
 //!   `Keep-Alive`, `TE`, `Trailer`, `Upgrade` unless this is an upgrade,
 //!   and whatever `Connection` names except the body's framing
-//!   fields and `Host`; RFC 9110 section 7.6.1) and with `Connection:
-//!   close` (RFC 9112 section 9.6), then the request's body, as the
+//!   fields; RFC 9110 section 7.6.1), with a `Host` made from the target
+//!   in place of the client's (RFC 9112 section 3.2.2) and with
+//!   `Connection: close` (RFC 9112 section 9.6), then the request's body,
+//!   as the
 //!   client's `Content-Length` or `Transfer-Encoding: chunked` frames it
 //!   (RFC 9112 section 6.3; no body without either, and framing a
 //!   recipient must not guess at is refused with 400:
@@ -215,6 +217,77 @@ fn split_authority(authority: &str, default_port: Option<u16>) -> Option<Destina
     Some(Destination::tcp(host, port))
 }
 
+/// A request head arriving in pieces: [`HeadReader::feed`] keeps the
+/// bytes and parses them only when a piece could complete the head (an
+/// empty line, `\n\n` or `\n\r\n`, arrived; RFC 9112 section 2.2 lets a
+/// recipient take a bare LF as a line end), on the first piece (so a
+/// client that speaks no HTTP is refused at once) and once the bytes pass
+/// [`MAX_HEAD`]. Each byte is searched once: a head dripped a byte at a
+/// time costs linear time, where parsing on every piece cost quadratic
+/// time (the red team of 2026-12-03: one guest thread serves every
+/// tunnel).
+#[derive(Debug, Default)]
+pub struct HeadReader {
+    buf: Vec<u8>,
+    /// Bytes of `buf` searched for the empty line (a search starts two
+    /// bytes back: an empty line may straddle two pieces).
+    searched: usize,
+    /// How many times the bytes were parsed.
+    parses: usize,
+}
+
+impl HeadReader {
+    /// A reader with nothing read yet.
+    pub fn new() -> HeadReader {
+        HeadReader::default()
+    }
+
+    /// Bytes held (the head so far), at most [`MAX_HEAD`] plus one piece.
+    pub fn len(&self) -> usize {
+        self.buf.len()
+    }
+
+    /// Whether nothing is held.
+    pub fn is_empty(&self) -> bool {
+        self.buf.is_empty()
+    }
+
+    /// Adds the next `piece` of the client's bytes.
+    ///
+    /// Returns `Ok(None)` while the head is incomplete, or the request and
+    /// the bytes that followed its head (body or tunnel data for the
+    /// target).
+    ///
+    /// Errors: [`HttpProxyError`], as [`parse_request`]; answer with its
+    /// response and close.
+    pub fn feed(
+        &mut self,
+        piece: &[u8],
+    ) -> Result<Option<(ProxyRequest, Vec<u8>)>, HttpProxyError> {
+        self.buf.extend_from_slice(piece);
+        let ended = self.empty_line();
+        if !(ended || self.parses == 0 || self.buf.len() > MAX_HEAD) {
+            return Ok(None);
+        }
+        self.parses += 1;
+        Ok(parse_request(&self.buf)?.map(|(request, n)| (request, self.buf.split_off(n))))
+    }
+
+    /// Whether an empty line follows a line end in the unsearched bytes.
+    fn empty_line(&mut self) -> bool {
+        let buf = &self.buf;
+        let from = self.searched.saturating_sub(2);
+        let found = buf[from..].iter().enumerate().any(|(i, &b)| {
+            let i = from + i;
+            b == b'\n'
+                && (buf.get(i + 1) == Some(&b'\n')
+                    || (buf.get(i + 1) == Some(&b'\r') && buf.get(i + 2) == Some(&b'\n')))
+        });
+        self.searched = buf.len();
+        found
+    }
+}
+
 /// Parses the request head at the start of `buf`.
 ///
 /// Returns `Ok(None)` while the head is incomplete, or the request and the
@@ -266,10 +339,16 @@ pub fn parse_request(buf: &[u8]) -> Result<Option<(ProxyRequest, usize)>, HttpPr
     head.push(b' ');
     head.extend_from_slice(path.as_bytes());
     head.extend_from_slice(format!(" HTTP/1.{}\r\n", req.version.unwrap_or(1)).as_bytes());
+    // RFC 9112 section 3.2.2: a proxy ignores the Host the client sent
+    // with an absolute-form target and sends one made from the target.
+    head.extend_from_slice(b"Host: ");
+    head.extend_from_slice(authority.as_bytes());
+    head.extend_from_slice(b"\r\n");
     // Hop-by-hop fields (RFC 9110 section 7.6.1): the fixed ones and every
     // field the client's Connection header names. The body's framing
-    // (Content-Length, Transfer-Encoding) and Host always pass: the body is
-    // relayed as it is, up to its end (the gate).
+    // (Content-Length, Transfer-Encoding) always passes: the body is
+    // relayed as it is, up to its end (the gate). The client's Host never
+    // does (above).
     let named: Vec<String> = req
         .headers
         .iter()
@@ -291,6 +370,22 @@ pub fn parse_request(buf: &[u8]) -> Result<Option<(ProxyRequest, usize)>, HttpPr
     // connection into a tunnel to this origin; anything else is one
     // request per connection.
     let upgrade = named.iter().any(|t| t == "upgrade") && has("upgrade");
+    // A field name that a server may read as a framing field or as Host
+    // once it maps `_` to `-` (CGI-style servers do) would let the client
+    // frame the body differently for the origin than for the gate.
+    if let Some(h) = req.headers.iter().find(|h| {
+        h.name.contains('_') && {
+            let name = h.name.replace('_', "-");
+            ["content-length", "transfer-encoding", "host"]
+                .iter()
+                .any(|f| name.eq_ignore_ascii_case(f))
+        }
+    }) {
+        return Err(HttpProxyError::BadFraming(format!(
+            "header field `{}` spells a framing field with `_`",
+            h.name
+        )));
+    }
     let gate = ForwardGate::new(req.headers, req.version.unwrap_or(1), upgrade)?;
     let fixed = [
         "proxy-connection",
@@ -300,10 +395,12 @@ pub fn parse_request(buf: &[u8]) -> Result<Option<(ProxyRequest, usize)>, HttpPr
         "te",
         "trailer",
     ];
-    let kept = ["content-length", "transfer-encoding", "host"];
+    let kept = ["content-length", "transfer-encoding"];
     for h in req.headers.iter() {
         let name = h.name.to_ascii_lowercase();
-        let hop = if name == "upgrade" {
+        let hop = if name == "host" {
+            true
+        } else if name == "upgrade" {
             !upgrade
         } else {
             fixed.contains(&name.as_str())
@@ -422,7 +519,7 @@ mod tests {
             forwarded_head(
                 b"POST http://a/ HTTP/1.1\r\nConnection: close, X-Secret\r\nX-Secret: 1\r\nTE: trailers\r\nTrailer: X-Sum\r\nTransfer-Encoding: chunked\r\nUpgrade: h2c\r\n\r\n"
             ),
-            "POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n"
+            "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n"
         );
         // An upgrade keeps Upgrade and asks for it.
         assert_eq!(
@@ -441,7 +538,96 @@ mod tests {
             panic!()
         };
         assert_eq!(destination, Destination::tcp("example.com", 80));
-        assert!(head.starts_with(b"GET / HTTP/1.0\r\n"));
+        assert!(head.starts_with(b"GET / HTTP/1.0\r\nHost: example.com\r\n"));
+    }
+
+    #[test]
+    fn the_host_sent_is_the_targets_not_the_clients() {
+        // RFC 9112 section 3.2.2: the client's Host (one, several, or
+        // named by Connection) gives way to the target's authority.
+        for req in [
+            &b"GET http://127.0.0.1:8080/x HTTP/1.1\r\nHost: internal.example\r\n\r\n"[..],
+            b"GET http://127.0.0.1:8080/x HTTP/1.1\r\nHost: a\r\nhost: b\r\n\r\n",
+            b"GET http://127.0.0.1:8080/x HTTP/1.1\r\nConnection: Host\r\nHost: a\r\n\r\n",
+            b"GET http://user@127.0.0.1:8080/x HTTP/1.1\r\n\r\n",
+        ] {
+            assert_eq!(
+                forwarded_head(req),
+                "GET /x HTTP/1.1\r\nHost: 127.0.0.1:8080\r\nConnection: close\r\n\r\n",
+                "{}",
+                String::from_utf8_lossy(req)
+            );
+        }
+    }
+
+    #[test]
+    fn framing_fields_spelled_with_underscores_are_refused() {
+        for name in ["Transfer_Encoding", "content_length", "HOST_"] {
+            let req = format!("POST http://a/ HTTP/1.1\r\n{name}: 5\r\n\r\n");
+            let e = parse_request(req.as_bytes()).err();
+            if name == "HOST_" {
+                assert!(e.is_none(), "{name}: {e:?}");
+            } else {
+                assert!(
+                    matches!(e, Some(HttpProxyError::BadFraming(_))),
+                    "{name}: {e:?}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn a_dripped_head_is_parsed_once_it_can_be_complete() {
+        let mut head = b"GET http://a/ HTTP/1.1\r\nX: ".to_vec();
+        head.extend(std::iter::repeat_n(b'a', 60_000));
+        head.extend_from_slice(b"\r\n\r\nbody");
+        let mut reader = HeadReader::new();
+        let mut done = None;
+        for (i, b) in head.iter().enumerate() {
+            if let Some(r) = reader.feed(std::slice::from_ref(b)).unwrap() {
+                done = Some((i, r));
+                break;
+            }
+        }
+        let (i, (request, rest)) = done.expect("the head completes");
+        assert_eq!(i, head.len() - 5, "complete at its empty line");
+        assert!(rest.is_empty());
+        assert_eq!(request.destination(), &Destination::tcp("a", 80));
+        // The first piece and the one with the empty line: never once a
+        // piece (parsing 60 KB on each of 60,000 pieces was the attack).
+        assert_eq!(reader.parses, 2);
+
+        // Bare LF line ends, an empty line split across pieces, and what
+        // follows the head in the same piece.
+        let mut reader = HeadReader::new();
+        assert!(reader.feed(b"CONNECT a:1 HTTP/1.1\n").unwrap().is_none());
+        assert!(reader.feed(b"X: 1\r").unwrap().is_none());
+        assert!(reader.feed(b"\n\r").unwrap().is_none());
+        let (request, rest) = reader.feed(b"\nTLS").unwrap().unwrap();
+        assert_eq!(request.destination(), &Destination::tcp("a", 1));
+        assert_eq!(rest, b"TLS");
+
+        // Not HTTP: refused on the first piece, not after MAX_HEAD bytes.
+        let mut reader = HeadReader::new();
+        assert!(matches!(
+            reader.feed(b"\x16\x03\x01\x02\x00"),
+            Err(HttpProxyError::Malformed(_))
+        ));
+
+        // No empty line ever: refused once past MAX_HEAD.
+        let mut reader = HeadReader::new();
+        assert!(
+            reader
+                .feed(b"GET http://a/ HTTP/1.1\r\nX: ")
+                .unwrap()
+                .is_none()
+        );
+        let chunk = [b'a'; 4096];
+        let e = (0..=MAX_HEAD / chunk.len())
+            .find_map(|_| reader.feed(&chunk).err())
+            .expect("refused");
+        assert_eq!(e, HttpProxyError::TooLarge);
+        assert!(reader.len() <= MAX_HEAD + chunk.len());
     }
 
     #[test]

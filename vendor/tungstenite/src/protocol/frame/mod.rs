@@ -99,6 +99,9 @@ where
     }
 }
 
+/// Capacity the write buffer keeps once it is empty (Tether patch).
+const RETAINED_OUT_BUFFER_BYTES: usize = 256 * 1024;
+
 /// What the message reader knows when a frame header arrives (Tether
 /// patch): the checks it would make once the frame is complete, made on
 /// the header instead (RFC 6455 section 5.4 for fragments, 5.5 for
@@ -266,6 +269,14 @@ impl FrameCodec {
 
         let (mut header, length) = self.header.take().expect("Bug: no frame header");
         debug_assert_eq!(payload.len() as u64, length);
+        // Tether patch: after a frame larger than one read, the rest of
+        // the buffer still shares the frame's allocation, which would then
+        // outlive the frame (and be reused by the next `reserve`): an idle
+        // stream would keep its largest frame's memory. Give the rest (at
+        // most one read ahead) an allocation of its own.
+        if payload.len() > self.in_buf_max_read {
+            self.in_buffer = BytesMut::from(&self.in_buffer[..]);
+        }
 
         if unmask {
             if let Some(mask) = header.mask.take() {
@@ -341,6 +352,12 @@ impl FrameCodec {
                 .into());
             }
             self.out_buffer.drain(0..len);
+        }
+        // Tether patch: an empty buffer does not keep the capacity of the
+        // largest frame it ever held (an idle stream kept about twice its
+        // largest message: this and the read buffer).
+        if self.out_buffer.capacity() > RETAINED_OUT_BUFFER_BYTES {
+            self.out_buffer = Vec::new();
         }
 
         Ok(())
