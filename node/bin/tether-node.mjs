@@ -25,6 +25,7 @@ options (as \`tether run\`):
   --ca-file PEM                              trust this CA for wss:// (repeatable)
   --max-memory-mib N                         guest linear memory cap (default 256)
   --max-message-bytes N, --inbound-buffer-bytes N, --outbound-buffer-bytes N
+  --max-assembling-bytes N                   host-wide unfinished/untaken inbound bytes (default 256 MiB)
   --max-batch-messages N, --readiness-set-entries N, --max-handshakes-per-listener N
   --connect-timeout-ms N, --handshake-timeout-ms N, --linger-timeout-ms N
   --max-run-ms N                             runaway limit (default 10000)
@@ -36,6 +37,7 @@ const NUMERIC = {
   "--max-message-bytes": "maxMessageBytes",
   "--inbound-buffer-bytes": "inboundBufferBytes",
   "--outbound-buffer-bytes": "outboundBufferBytes",
+  "--max-assembling-bytes": "maxAssemblingBytes",
   "--max-batch-messages": "maxBatchMessages",
   "--readiness-set-entries": "readinessSetEntries",
   "--max-handshakes-per-listener": "maxHandshakesPerListener",

@@ -5,6 +5,7 @@
 /** Defaults of host/src/config.rs `Limits`. Bytes are bytes, times milliseconds. */
 export const DEFAULT_LIMITS = Object.freeze({
   maxMessageBytes: 64 << 20,
+  maxAssemblingBytes: 256 << 20,
   inboundBufferBytes: 1 << 20,
   outboundBufferBytes: 1 << 20,
   maxBatchMessages: 1024,
@@ -20,6 +21,12 @@ export const DEFAULT_LIMITS = Object.freeze({
   maxRunWithoutYieldMs: 10_000,
   maxAeadKeys: 4096,
 });
+
+/**
+ * Bytes toward one inbound message each stream reads outside the host-wide
+ * `maxAssemblingBytes` (host/src/websocket.rs ASSEMBLY_ALLOWANCE_BYTES).
+ */
+export const ASSEMBLY_ALLOWANCE_BYTES = 64 << 10;
 
 /** Each queued WebSocket message counts its payload plus this (host/src/websocket.rs QUEUED_MESSAGE_OVERHEAD). */
 export const QUEUED_MESSAGE_OVERHEAD = 64;
@@ -64,6 +71,16 @@ export class Stats {
   constructor() {
     this.buffered = 0;
     this.peakBuffered = 0;
+    /** Bytes charged to `maxAssemblingBytes` (host/src/lib.rs Stats::assembling_bytes). */
+    this.assembling = 0;
+    this.peakAssembling = 0;
+  }
+  addAssembling(n) {
+    this.assembling += n;
+    if (this.assembling > this.peakAssembling) this.peakAssembling = this.assembling;
+  }
+  subAssembling(n) {
+    this.assembling -= n;
   }
   add(n) {
     this.buffered += n;

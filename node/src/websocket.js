@@ -9,7 +9,7 @@ import { readFileSync } from "node:fs";
 import WebSocket, { WebSocketServer } from "ws";
 import { Signal, Pollable, dropRegistrations } from "./io.js";
 import { PendingConnect, AcceptQueue } from "./ready.js";
-import { E, QUEUED_MESSAGE_OVERHEAD, fromNodeError } from "./config.js";
+import { E, ASSEMBLY_ALLOWANCE_BYTES, QUEUED_MESSAGE_OVERHEAD, fromNodeError } from "./config.js";
 import { checkDestination, resolveAllowed, pinnedLookup, sockAddr } from "./net.js";
 import { parseHost } from "./policy.js";
 
@@ -30,6 +30,62 @@ function checkClose(code, reason) {
 }
 
 const size = (data) => (typeof data === "string" ? Buffer.byteLength(data, "utf8") : data.length);
+
+/** Close code 1013, Try Again Later: the host-wide assembling budget is spent. */
+const CLOSE_TRY_AGAIN_LATER = 1013;
+
+/**
+ * What one stream read off its socket toward messages not yet handed
+ * over, charged to the host-wide `maxAssemblingBytes` past
+ * ASSEMBLY_ALLOWANCE_BYTES (host/src/websocket.rs `Assembly`): the socket's
+ * reads add to `held`; a control frame takes its own bytes off; a data
+ * message takes the charge along into the inbound queue, where it stays
+ * until the guest has taken the queue or dropped the stream. `ws` checks a
+ * message's size on each frame header (maxPayload); this bounds what all
+ * streams hold together, accepted by the guest or not yet.
+ */
+class Assembly {
+  constructor(stats, limit, controlHeader) {
+    this.stats = stats;
+    this.limit = limit;
+    this.controlHeader = controlHeader;
+    this.held = 0;
+    this.charged = 0;
+  }
+  /** `n` bytes read; `false` when charging them would pass the budget. */
+  read(n) {
+    this.held += n;
+    const over = Math.max(0, this.held - ASSEMBLY_ALLOWANCE_BYTES);
+    if (over <= this.charged) return true;
+    const need = over - this.charged;
+    if (this.stats.assembling + need > this.limit) return false;
+    this.charged += need;
+    this.stats.addAssembling(need);
+    return true;
+  }
+  /** A data message was handed over: its charge, moved to the caller. */
+  messageDelivered() {
+    const charge = this.charged;
+    this.held = 0;
+    this.charged = 0;
+    return charge;
+  }
+  /** A control frame with `payload` bytes was handed over. */
+  controlDelivered(payload) {
+    this.held = Math.max(0, this.held - this.controlHeader - payload);
+    const over = Math.max(0, this.held - ASSEMBLY_ALLOWANCE_BYTES);
+    if (this.charged > over) {
+      this.stats.subAssembling(this.charged - over);
+      this.charged = over;
+    }
+  }
+  /** The stream ended: nothing is held. */
+  ended() {
+    this.stats.subAssembling(this.charged);
+    this.held = 0;
+    this.charged = 0;
+  }
+}
 
 /** The state behind one `message-stream`. */
 class Conn {
@@ -53,8 +109,18 @@ class Conn {
     this.failure = null;
     this.linger = null;
     host.conns.add(this);
+    // Charges queued with messages the guest has not taken yet.
+    this.queuedCharge = 0;
+    // The assembling budget failed this stream: it reads no more.
+    this.spent = false;
+    // Frames from a client carry a 4-byte mask (RFC 6455 section 5.2).
+    this.assembly = new Assembly(host.stats, host.limits.maxAssemblingBytes, ws._isServer ? 6 : 2);
+    ws._socket?.prependListener("data", (chunk) => {
+      if (!this.assembly.read(chunk.length)) this.overBudget();
+    });
     ws.binaryType = "nodebuffer";
     ws.on("message", (data, isBinary) => this.onMessage(data, isBinary));
+    ws.on("pong", (data) => this.assembly.controlDelivered(data.length));
     ws.on("close", (code, reason) => this.onClose(code, reason));
     ws.on("error", (err) => this.onError(err));
     // Pings are answered by the host, the most recent one only when they
@@ -62,6 +128,7 @@ class Conn {
     // allows it; the Rust host's tungstenite does the same).
     this.pong = null;
     ws.on("ping", (data) => {
+      this.assembly.controlDelivered(data.length);
       const first = this.pong === null;
       this.pong = data;
       if (first) {
@@ -74,7 +141,33 @@ class Conn {
     });
   }
 
+  /**
+   * The socket's read would take the host past `maxAssemblingBytes`: the
+   * stream fails with 1013 and reads no more (the guest gets `other` after
+   * the messages queued before).
+   */
+  overBudget() {
+    if (this.failure || this.ended) return;
+    this.spent = true;
+    const limit = this.host.limits.maxAssemblingBytes;
+    this.failure = E.other(`the host's max_assembling_bytes (${limit} bytes of unfinished messages) is spent: closed with 1013`);
+    this.closeInfo = { code: CLOSE_TRY_AGAIN_LATER, reason: "" };
+    this.closing = true;
+    this.ws.close(CLOSE_TRY_AGAIN_LATER);
+    this.ws.pause();
+    this.linger = setTimeout(() => this.ws.terminate(), this.host.limits.lingerTimeoutMs);
+    this.signal.wake();
+  }
+
+  /** Gives back the charge of messages queued for the guest. */
+  releaseQueuedCharge() {
+    this.host.stats.subAssembling(this.queuedCharge);
+    this.queuedCharge = 0;
+  }
+
   onMessage(data, isBinary) {
+    this.queuedCharge += this.assembly.messageDelivered();
+    if (this.failure) return;
     const msg = isBinary ? { tag: "binary", val: data } : { tag: "text", val: data.toString("utf8") };
     const cost = data.length + QUEUED_MESSAGE_OVERHEAD;
     this.inbound.push({ msg, cost });
@@ -100,6 +193,7 @@ class Conn {
 
   onClose(code, reason) {
     this.ended = true;
+    this.assembly.ended();
     if (!this.closeInfo) this.closeInfo = { code, reason: reason.toString("utf8") };
     // No close frame: the connection was reset or cut (RFC 6455 7.1.5).
     if (this.closeInfo.code === 1006 && !this.failure && !this.closing) {
@@ -121,7 +215,8 @@ class Conn {
     const { msg, cost } = this.inbound.shift();
     this.inboundBytes -= cost;
     this.host.stats.sub(cost);
-    if (this.paused && this.inboundBytes < this.host.limits.inboundBufferBytes) {
+    if (this.inbound.length === 0) this.releaseQueuedCharge();
+    if (this.paused && !this.spent && this.inboundBytes < this.host.limits.inboundBufferBytes) {
       this.paused = false;
       this.ws.resume();
     }
@@ -276,6 +371,7 @@ export class MessageStream {
     this.dropped = true;
     dropRegistrations(this);
     this.conn.dropped = true;
+    this.conn.releaseQueuedCharge();
     this.conn.startClose(1000, "");
     this.conn.signal.wake();
   }
@@ -412,6 +508,7 @@ export class Listener extends AcceptQueue {
     return new MessageStream(conn);
   }
   closeQueued(conn) {
+    conn.releaseQueuedCharge();
     conn.ws.terminate();
   }
   stopping() {
