@@ -126,6 +126,10 @@ pub struct HostArgs {
     /// connections get 503 and are closed (1 to 1048576).
     #[arg(long, default_value_t = Limits::default().max_handshakes_per_listener, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=1 << 20))]
     pub max_handshakes_per_listener: usize,
+    /// Name lookups in flight at once over every guest (each holds a
+    /// thread until the resolver answers; 1 to 65536).
+    #[arg(long, default_value_t = Limits::default().max_dns_lookups, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=1 << 16))]
+    pub max_dns_lookups: usize,
     /// Connect deadline (DNS + TCP), ms (at least 1).
     #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..))]
     pub connect_timeout_ms: u64,
@@ -231,6 +235,7 @@ impl HostArgs {
                 max_assembling_bytes: self.max_assembling_bytes,
                 outbound_buffer_bytes: self.outbound_buffer_bytes,
                 max_handshakes_per_listener: self.max_handshakes_per_listener,
+                max_dns_lookups: self.max_dns_lookups,
                 connect_timeout: Duration::from_millis(self.connect_timeout_ms),
                 handshake_timeout: Duration::from_millis(self.handshake_timeout_ms),
                 linger_timeout: Duration::from_millis(self.linger_timeout_ms),

@@ -80,6 +80,13 @@ pub struct Limits {
     /// connection is answered 503 and closed at once, and the listener keeps
     /// accepting. Default 1024.
     pub max_handshakes_per_listener: usize,
+    /// Name lookups (getaddrinfo, one blocking thread each) in flight at
+    /// once, over every guest of the host. A lookup past it waits for a
+    /// place within `connect_timeout`; a lookup holds its place until the
+    /// resolver answers, even past the timeout (getaddrinfo cannot be
+    /// stopped), so a resolver that never answers costs at most this many
+    /// threads. Default 64.
+    pub max_dns_lookups: usize,
     /// Deadline for DNS plus TCP connect. Default 10 s.
     pub connect_timeout: Duration,
     /// Deadline for the TLS and WebSocket opening handshakes, dialled or
@@ -142,6 +149,7 @@ impl Default for Limits {
             readiness_set_entries: 1 << 16,
             max_aead_keys: 4096,
             max_handshakes_per_listener: 1024,
+            max_dns_lookups: 64,
             connect_timeout: Duration::from_secs(10),
             handshake_timeout: Duration::from_secs(10),
             linger_timeout: Duration::from_secs(5),

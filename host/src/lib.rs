@@ -97,6 +97,8 @@ pub struct HostCtx {
     pub metrics: Arc<metrics::Metrics>,
     /// Graceful shutdown: started by [`HostCtx::shutdown`].
     pub(crate) lifecycle: shutdown::Shutdown,
+    /// Places for name lookups in flight (`Limits::max_dns_lookups`).
+    pub(crate) lookups: Arc<tokio::sync::Semaphore>,
 }
 
 /// Host-wide counters, readable at any time (tests, metrics).
@@ -203,12 +205,19 @@ impl HostCtx {
     pub fn new(config: Config) -> anyhow::Result<Arc<HostCtx>> {
         let tls = tls::client_config(&config.tls)?;
         let stats = Arc::<Stats>::default();
+        let lookups = Arc::new(tokio::sync::Semaphore::new(
+            config
+                .limits
+                .max_dns_lookups
+                .clamp(1, tokio::sync::Semaphore::MAX_PERMITS),
+        ));
         Ok(Arc::new(HostCtx {
             config,
             tls,
             metrics: Arc::new(metrics::Metrics::new(stats.clone())),
             stats,
             lifecycle: shutdown::Shutdown::default(),
+            lookups,
         }))
     }
 
