@@ -130,6 +130,9 @@ pub struct HostArgs {
     /// thread until the resolver answers; 1 to 65536).
     #[arg(long, default_value_t = Limits::default().max_dns_lookups, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=1 << 16))]
     pub max_dns_lookups: usize,
+    /// Of those, what one guest may hold at once (1 to 65536).
+    #[arg(long, default_value_t = Limits::default().max_dns_lookups_per_guest, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=1 << 16))]
+    pub max_dns_lookups_per_guest: usize,
     /// Connect deadline (DNS + TCP), ms (at least 1).
     #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..))]
     pub connect_timeout_ms: u64,
@@ -236,6 +239,7 @@ impl HostArgs {
                 outbound_buffer_bytes: self.outbound_buffer_bytes,
                 max_handshakes_per_listener: self.max_handshakes_per_listener,
                 max_dns_lookups: self.max_dns_lookups,
+                max_dns_lookups_per_guest: self.max_dns_lookups_per_guest,
                 connect_timeout: Duration::from_millis(self.connect_timeout_ms),
                 handshake_timeout: Duration::from_millis(self.handshake_timeout_ms),
                 linger_timeout: Duration::from_millis(self.linger_timeout_ms),

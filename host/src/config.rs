@@ -87,6 +87,10 @@ pub struct Limits {
     /// stopped), so a resolver that never answers costs at most this many
     /// threads. Default 64.
     pub max_dns_lookups: usize,
+    /// Of those, what one guest may hold at once, so that a guest (or a
+    /// JMUX peer) whose lookups never end leaves places for the others.
+    /// Default 16.
+    pub max_dns_lookups_per_guest: usize,
     /// Deadline for DNS plus TCP connect. Default 10 s.
     pub connect_timeout: Duration,
     /// Deadline for the TLS and WebSocket opening handshakes, dialled or
@@ -150,6 +154,7 @@ impl Default for Limits {
             max_aead_keys: 4096,
             max_handshakes_per_listener: 1024,
             max_dns_lookups: 64,
+            max_dns_lookups_per_guest: 16,
             connect_timeout: Duration::from_secs(10),
             handshake_timeout: Duration::from_secs(10),
             linger_timeout: Duration::from_secs(5),

@@ -268,6 +268,9 @@ pub struct TetherCtx {
     /// Live `tether:streams/aead` packet keys of this guest, at most
     /// `max_aead_keys`.
     pub(crate) aead_keys: usize,
+    /// This guest's places for name lookups in flight
+    /// (`Limits::max_dns_lookups_per_guest`).
+    pub(crate) lookups: Arc<tokio::sync::Semaphore>,
 }
 
 impl TetherCtx {
@@ -275,6 +278,12 @@ impl TetherCtx {
     pub fn new(host: Arc<HostCtx>) -> TetherCtx {
         TetherCtx {
             readiness: readiness::Quota::new(host.config.limits.readiness_set_entries),
+            lookups: Arc::new(tokio::sync::Semaphore::new(
+                host.config
+                    .limits
+                    .max_dns_lookups_per_guest
+                    .clamp(1, tokio::sync::Semaphore::MAX_PERMITS),
+            )),
             host,
             guest_id: metrics::GUEST_IDS.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
             streams: Vec::new(),

@@ -5,7 +5,10 @@
 use std::io;
 use std::net::{IpAddr, SocketAddr, SocketAddrV4, SocketAddrV6};
 
+use std::sync::Arc;
+
 use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::Semaphore;
 
 use crate::HostCtx;
 use crate::bindings::ErrorCode;
@@ -104,6 +107,7 @@ fn scope_id(zone: &str) -> Result<u32, ErrorCode> {
 /// `invalid-url` (an unknown zone id), `other`.
 pub async fn dial(
     ctx: &HostCtx,
+    lookups: &Arc<Semaphore>,
     host: &Host,
     port: u16,
     check: NameCheck,
@@ -118,7 +122,7 @@ pub async fn dial(
                     IpAddr::V6(a) => SocketAddr::V6(SocketAddrV6::new(*a, port, 0, scope)),
                 }]
             }
-            Host::Name(name) => lookup(ctx, name, port).await?,
+            Host::Name(name) => lookup(ctx, lookups, name, port).await?,
         };
         if addrs.is_empty() {
             return Err(ErrorCode::DnsFailure(format!("{host}: no addresses")));
@@ -152,39 +156,44 @@ pub async fn dial(
         .unwrap_or(Err(ErrorCode::Timeout))
 }
 
-/// Resolves `name` on a blocking thread, holding one of the host's
-/// `max_dns_lookups` places until getaddrinfo returns: a caller that gives
-/// up (the connect timeout) frees its wait, not the place, so lookups a
-/// resolver never answers hold at most `max_dns_lookups` threads, and the
-/// rest wait in order for a place.
+/// Resolves `name` on a blocking thread, holding one of the guest's
+/// places (`lookups`, `max_dns_lookups_per_guest`) and one of the host's
+/// (`max_dns_lookups`) until getaddrinfo returns: a caller that gives up
+/// (the connect timeout) frees its wait, not the places, so lookups a
+/// resolver never answers hold at most `max_dns_lookups` threads, one
+/// guest at most its share of them, and the rest wait in order.
 ///
 /// Errors: `dns-failure` naming the name; `other` if the lookup thread
 /// panicked.
-async fn lookup(ctx: &HostCtx, name: &str, port: u16) -> Result<Vec<SocketAddr>, ErrorCode> {
+async fn lookup(
+    ctx: &HostCtx,
+    lookups: &Arc<Semaphore>,
+    name: &str,
+    port: u16,
+) -> Result<Vec<SocketAddr>, ErrorCode> {
     let owned = name.to_owned();
-    resolve_in_place(&ctx.lookups, name, move || {
+    resolve_in_place([lookups, &ctx.lookups], name, move || {
         std::net::ToSocketAddrs::to_socket_addrs(&(owned.as_str(), port)).map(Vec::from_iter)
     })
     .await
 }
 
 /// Runs `resolve` (a blocking lookup of `name`) on a blocking thread once
-/// `places` has a place for it, which it keeps until `resolve` returns.
+/// each of `places` (the guest's, then the host's) has a place for it,
+/// which it keeps until `resolve` returns.
 async fn resolve_in_place<F>(
-    places: &std::sync::Arc<tokio::sync::Semaphore>,
+    places: [&Arc<Semaphore>; 2],
     name: &str,
     resolve: F,
 ) -> Result<Vec<SocketAddr>, ErrorCode>
 where
     F: FnOnce() -> io::Result<Vec<SocketAddr>> + Send + 'static,
 {
-    let place = places
-        .clone()
-        .acquire_owned()
-        .await
-        .map_err(|_| ErrorCode::Other("name lookups are closed".into()))?;
+    let closed = |_| ErrorCode::Other("name lookups are closed".into());
+    let guest = places[0].clone().acquire_owned().await.map_err(closed)?;
+    let host = places[1].clone().acquire_owned().await.map_err(closed)?;
     let found = tokio::task::spawn_blocking(move || {
-        let _place = place;
+        let _places = (guest, host);
         resolve()
     })
     .await
@@ -321,7 +330,6 @@ mod tests {
     /// threads, and `localhost` waited 9 s).
     #[test]
     fn lookups_in_flight_are_bounded_and_keep_their_place_until_they_return() {
-        use std::sync::Arc;
         use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
@@ -329,6 +337,7 @@ mod tests {
             .build()
             .unwrap();
         let places = Arc::new(tokio::sync::Semaphore::new(4));
+        let guest = Arc::new(tokio::sync::Semaphore::new(64));
         let (started, running, peak) = (
             Arc::new(AtomicUsize::new(0)),
             Arc::new(AtomicUsize::new(0)),
@@ -339,7 +348,8 @@ mod tests {
         rt.block_on(async {
             let mut callers = Vec::new();
             for i in 0..20 {
-                let (places, started, running, peak, held) = (
+                let (guest, places, started, running, peak, held) = (
+                    guest.clone(),
                     places.clone(),
                     started.clone(),
                     running.clone(),
@@ -359,7 +369,7 @@ mod tests {
                     let name = format!("n{i}.example");
                     tokio::time::timeout(
                         Duration::from_millis(200),
-                        resolve_in_place(&places, &name, slow),
+                        resolve_in_place([&guest, &places], &name, slow),
                     )
                     .await
                 }));
@@ -379,8 +389,52 @@ mod tests {
             }
             // A lookup that answers goes through.
             let addr: SocketAddr = "127.0.0.1:1".parse().unwrap();
-            let got = resolve_in_place(&places, "x", move || Ok(vec![addr])).await;
+            let got = resolve_in_place([&guest, &places], "x", move || Ok(vec![addr])).await;
             assert_eq!(got.unwrap(), vec![addr]);
+            assert_eq!(guest.available_permits(), 64);
+        });
+    }
+
+    /// A guest whose lookups never end holds at most its share of the
+    /// host's places: another guest's lookup still goes through at once.
+    #[test]
+    fn one_guests_lookups_leave_places_for_the_others() {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        let host = Arc::new(tokio::sync::Semaphore::new(4));
+        let (a, b) = (
+            Arc::new(tokio::sync::Semaphore::new(2)),
+            Arc::new(tokio::sync::Semaphore::new(2)),
+        );
+        let (release, held) = std::sync::mpsc::channel::<()>();
+        let held = Arc::new(std::sync::Mutex::new(held));
+        rt.block_on(async {
+            for i in 0..10 {
+                let (a, host, held) = (a.clone(), host.clone(), held.clone());
+                tokio::spawn(async move {
+                    let name = format!("stuck{i}.example");
+                    resolve_in_place([&a, &host], &name, move || {
+                        let _ = held.lock().unwrap().recv();
+                        Ok(Vec::new())
+                    })
+                    .await
+                });
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            assert_eq!(a.available_permits(), 0);
+            assert_eq!(host.available_permits(), 2, "guest A holds only its share");
+            let addr: SocketAddr = "127.0.0.1:1".parse().unwrap();
+            let got = tokio::time::timeout(
+                Duration::from_secs(5),
+                resolve_in_place([&b, &host], "ok.example", move || Ok(vec![addr])),
+            )
+            .await
+            .expect("guest B's lookup does not wait for guest A's");
+            assert_eq!(got.unwrap(), vec![addr]);
+            drop(release);
         });
     }
 

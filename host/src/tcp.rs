@@ -750,8 +750,9 @@ impl wit::Host for TetherCtxView<'_> {
             Err(e) => return Ok(Err(e)),
         };
         let ctx = self.ctx.host.clone();
+        let lookups = self.ctx.lookups.clone();
         let pending = Pending::spawn(async move {
-            let tcp = net::dial(&ctx, &host, port, check).await?;
+            let tcp = net::dial(&ctx, &lookups, &host, port, check).await?;
             open(tcp, &ctx, Direction::Outbound)
         });
         Ok(Ok(self.table.push(pending)?))

@@ -1220,11 +1220,12 @@ fn tls_error(e: std::io::Error) -> ErrorCode {
 /// Errors: everything in `error-code` except `would-block`.
 pub async fn dial(
     ctx: Arc<HostCtx>,
+    lookups: Arc<tokio::sync::Semaphore>,
     target: WsTarget,
     options: ConnectOptions,
     check: crate::policy::NameCheck,
 ) -> Result<MessageStream, ErrorCode> {
-    let tcp = net::dial(&ctx, &target.dest, target.port, check).await?;
+    let tcp = net::dial(&ctx, &lookups, &target.dest, target.port, check).await?;
     let peer = tcp.peer_addr().map_err(|e| net::io_error(&e))?;
     let socket = std::os::fd::AsRawFd::as_raw_fd(&tcp);
     let mut request = target
@@ -1780,7 +1781,13 @@ impl wit::Host for TetherCtxView<'_> {
             Ok(c) => c,
             Err(e) => return Ok(Err(e)),
         };
-        let pending = Pending::spawn(dial(self.ctx.host.clone(), target, options, check));
+        let pending = Pending::spawn(dial(
+            self.ctx.host.clone(),
+            self.ctx.lookups.clone(),
+            target,
+            options,
+            check,
+        ));
         Ok(Ok(self.table.push(pending)?))
     }
 

@@ -219,7 +219,10 @@ impl<T> wit::HostWithStore<T> for HasTetherAsync {
             Ok(t) => t,
             Err(e) => return Ok(Err(error(e))),
         };
-        let host = store.with(|mut s| s.get().ctx.host.clone());
+        let (host, lookups) = store.with(|mut s| {
+            let ctx = &s.get().ctx;
+            (ctx.host.clone(), ctx.lookups.clone())
+        });
         let check = match net::precheck(&host, &target.dest, target.port) {
             Ok(c) => c,
             Err(e) => return Ok(Err(error(e))),
@@ -228,7 +231,7 @@ impl<T> wit::HostWithStore<T> for HasTetherAsync {
             subprotocols: options.subprotocols,
             headers: options.headers,
         };
-        match websocket::dial(host, target, options, check).await {
+        match websocket::dial(host, lookups, target, options, check).await {
             Ok(stream) => Ok(Ok(store.with(|mut s| {
                 let view = s.get();
                 websocket::hand_over(view.ctx, view.table, stream)

@@ -203,12 +203,15 @@ impl<T> wit::HostWithStore<T> for HasTetherAsync {
             Ok(hp) => hp,
             Err(e) => return Ok(Err(error(e))),
         };
-        let ctx = store.with(|mut s| s.get().ctx.host.clone());
+        let (ctx, lookups) = store.with(|mut s| {
+            let c = &s.get().ctx;
+            (c.host.clone(), c.lookups.clone())
+        });
         let check = match net::precheck(&ctx, &host, port) {
             Ok(c) => c,
             Err(e) => return Ok(Err(error(e))),
         };
-        let opened = match net::dial(&ctx, &host, port, check).await {
+        let opened = match net::dial(&ctx, &lookups, &host, port, check).await {
             Ok(socket) => tcp::open_halves(socket, &ctx, Direction::Outbound),
             Err(e) => Err(e),
         };
