@@ -205,12 +205,7 @@ impl HostCtx {
     pub fn new(config: Config) -> anyhow::Result<Arc<HostCtx>> {
         let tls = tls::client_config(&config.tls)?;
         let stats = Arc::<Stats>::default();
-        let lookups = Arc::new(tokio::sync::Semaphore::new(
-            config
-                .limits
-                .max_dns_lookups
-                .clamp(1, tokio::sync::Semaphore::MAX_PERMITS),
-        ));
+        let lookups = net::lookup_places(config.limits.max_dns_lookups);
         Ok(Arc::new(HostCtx {
             config,
             tls,
@@ -278,12 +273,7 @@ impl TetherCtx {
     pub fn new(host: Arc<HostCtx>) -> TetherCtx {
         TetherCtx {
             readiness: readiness::Quota::new(host.config.limits.readiness_set_entries),
-            lookups: Arc::new(tokio::sync::Semaphore::new(
-                host.config
-                    .limits
-                    .max_dns_lookups_per_guest
-                    .clamp(1, tokio::sync::Semaphore::MAX_PERMITS),
-            )),
+            lookups: net::lookup_places(host.config.limits.max_dns_lookups_per_guest),
             host,
             guest_id: metrics::GUEST_IDS.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
             streams: Vec::new(),

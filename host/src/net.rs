@@ -4,7 +4,6 @@
 
 use std::io;
 use std::net::{IpAddr, SocketAddr, SocketAddrV4, SocketAddrV6};
-
 use std::sync::Arc;
 
 use tokio::net::{TcpListener, TcpStream};
@@ -98,9 +97,10 @@ fn scope_id(zone: &str) -> Result<u32, ErrorCode> {
     }
 }
 
-/// Resolves `host` (a name only: an address is used as is, with its zone),
-/// keeps the addresses the policy admits, and connects to the first that
-/// answers, within `limits.connect_timeout` overall. Each socket connects
+/// Resolves `host` (a name only: an address is used as is, with its zone)
+/// in one of the guest's `lookups` places and one of the host's (see
+/// [`lookup_places`]), keeps the addresses the policy admits, and connects
+/// to the first that answers, within `limits.connect_timeout` overall. Each socket connects
 /// to exactly an address that was checked: names are resolved once.
 ///
 /// Errors: `denied`, `dns-failure`, `connection-refused`, `timeout`,
@@ -154,6 +154,12 @@ pub async fn dial(
     tokio::time::timeout(deadline, work)
         .await
         .unwrap_or(Err(ErrorCode::Timeout))
+}
+
+/// `n` places for name lookups in flight (at least 1): the host's
+/// (`max_dns_lookups`) or one guest's (`max_dns_lookups_per_guest`).
+pub(crate) fn lookup_places(n: usize) -> Arc<Semaphore> {
+    Arc::new(Semaphore::new(n.clamp(1, Semaphore::MAX_PERMITS)))
 }
 
 /// Resolves `name` on a blocking thread, holding one of the guest's

@@ -166,8 +166,13 @@ class Conn {
   }
 
   onMessage(data, isBinary) {
-    this.queuedCharge += this.assembly.messageDelivered();
-    if (this.failure) return;
+    const charge = this.assembly.messageDelivered();
+    if (this.failure) {
+      // Not queued (the stream failed): its charge goes back at once.
+      this.host.stats.subAssembling(charge);
+      return;
+    }
+    this.queuedCharge += charge;
     const msg = isBinary ? { tag: "binary", val: data } : { tag: "text", val: data.toString("utf8") };
     const cost = data.length + QUEUED_MESSAGE_OVERHEAD;
     this.inbound.push({ msg, cost });
