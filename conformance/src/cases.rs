@@ -200,6 +200,7 @@ pub const CASES: &[Case] = &[
     case("readiness.only-ready-reported"),
     case("readiness.drop-registered"),
     with_host(case("readiness.set-full"), HostVariant::SmallReadinessSets),
+    case("readiness.connect-results"),
 ];
 
 /// Looks a case up by name.

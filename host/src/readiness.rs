@@ -2,9 +2,10 @@
 //! guests.
 //!
 //! A guest registers interests (receive or send on a message stream, accept
-//! on a listener, read or write on a byte stream) once, each under a key it
-//! chooses, and then waits on one pollable. The host keeps the ready
-//! entries in a queue that the socket tasks fill as they change state:
+//! on a listener or a connect in progress, read or write on a byte stream)
+//! once, each under a key it chooses, and then waits on one pollable. The
+//! host keeps the ready entries in a queue that the socket tasks fill as
+//! they change state (a connect's task, as it ends):
 //! every [`Signal`](crate::ready::Signal) carries the registrations
 //! ([`Watchers`]) on it, and [`Signal::wake`](crate::ready::Signal::wake)
 //! pushes them onto their set's queue. Byte-stream reads have no task; the
@@ -42,8 +43,8 @@ use crate::TetherCtxView;
 use crate::bindings::ErrorCode;
 use crate::bindings::tether::streams::readiness as wit;
 use crate::ready::Signal;
-use crate::tcp::{ByteListener, ByteStream};
-use crate::websocket::{Listener, MessageStream};
+use crate::tcp::{ByteListener, ByteStream, FutureByteStream};
+use crate::websocket::{FutureMessageStream, Listener, MessageStream};
 
 pub use wit::Interest;
 
@@ -452,7 +453,8 @@ impl ReadinessSet {
 
     /// Registers `interest` on `target` under `key`, replacing an earlier
     /// registration of the same key and interest: `receive` or `send` on a
-    /// [`MessageStream`], `accept` on a [`Listener`] or [`ByteListener`],
+    /// [`MessageStream`], `accept` on a [`Listener`], [`ByteListener`],
+    /// [`FutureMessageStream`] or [`FutureByteStream`] (its connect ended),
     /// `read` (its input stream) or `write` (its output stream) on a
     /// [`ByteStream`]. O(1). Errors: `invalid-argument` for an interest
     /// that does not apply to `target`, or when the set's [`Quota`] is
@@ -545,7 +547,9 @@ watchable!(
     MessageStream => "message-stream",
     Listener => "listener",
     ByteStream => "byte-stream",
-    ByteListener => "byte-listener"
+    ByteListener => "byte-listener",
+    FutureMessageStream => "future-message-stream",
+    FutureByteStream => "future-byte-stream"
 );
 
 /// A [`Signal`]-backed source: `check` runs `cond` on the weakly held
@@ -641,6 +645,28 @@ impl wit::HostReadinessSet for TetherCtxView<'_> {
     ) -> wasmtime::Result<Result<(), ErrorCode>> {
         let listener = self.table.get(&listener)?;
         Ok(self.table.get(&this)?.register(listener, interest, key))
+    }
+
+    fn register_future_message_stream(
+        &mut self,
+        this: Resource<ReadinessSet>,
+        future: Resource<FutureMessageStream>,
+        interest: Interest,
+        key: u64,
+    ) -> wasmtime::Result<Result<(), ErrorCode>> {
+        let future = self.table.get(&future)?;
+        Ok(self.table.get(&this)?.register(future, interest, key))
+    }
+
+    fn register_future_byte_stream(
+        &mut self,
+        this: Resource<ReadinessSet>,
+        future: Resource<FutureByteStream>,
+        interest: Interest,
+        key: u64,
+    ) -> wasmtime::Result<Result<(), ErrorCode>> {
+        let future = self.table.get(&future)?;
+        Ok(self.table.get(&this)?.register(future, interest, key))
     }
 
     fn deregister(

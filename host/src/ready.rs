@@ -133,6 +133,18 @@ impl<T: Send + 'static> Pending<T> {
     pub fn pollable(&self) -> impl Pollable + use<T> {
         PendingReady(self.shared.clone())
     }
+
+    /// Where a readiness set watches `accept`: true once
+    /// [`Pending::take`] returns `Some` (the task ended). The task's end
+    /// queues the registration (O(1)); a dropped `Pending` detaches it.
+    pub(crate) fn readiness(
+        &self,
+        interest: crate::readiness::Interest,
+    ) -> Option<crate::readiness::Source<'_>> {
+        (interest == crate::readiness::Interest::Accept).then(|| {
+            crate::readiness::signal_source(&self.shared.done, &self.shared, |s| !s.is_running())
+        })
+    }
 }
 
 struct PendingReady<T>(Arc<PendingShared<T>>);
@@ -151,6 +163,9 @@ impl<T> Drop for Pending<T> {
         // Outside the lock: dropping a connection runs its own drop code.
         let unclaimed = std::mem::replace(&mut *self.shared.lock(), Slot::Dropped);
         drop(unclaimed);
+        // Its readiness-set keys are never reported again (the drop rule);
+        // pollables from `subscribe` wake and see it ended.
+        self.shared.done.watchers().detach_all();
         self.shared.done.wake();
     }
 }

@@ -7,6 +7,8 @@
 // it trapped, ran out of memory, ran away or could not be instantiated.
 // Needs Node 24 (`WebAssembly.Suspending`); scripts/setup installs it.
 
+// First: sizes libuv's thread pool before anything uses it.
+import "../src/pool-size.js";
 import { readFile, writeFile } from "node:fs/promises";
 import { Worker } from "node:worker_threads";
 import { setFlagsFromString } from "node:v8";
@@ -26,6 +28,8 @@ options (as \`tether run\`):
   --max-memory-mib N                         guest linear memory cap (default 256)
   --max-message-bytes N, --inbound-buffer-bytes N, --outbound-buffer-bytes N
   --max-assembling-bytes N                   host-wide unfinished/untaken inbound bytes (default 256 MiB)
+  --max-dns-lookups N, --max-dns-lookups-per-guest N
+                                             name lookups in flight (defaults 64 and 16; the smaller applies: one guest)
   --max-batch-messages N, --readiness-set-entries N, --max-handshakes-per-listener N
   --connect-timeout-ms N, --handshake-timeout-ms N, --linger-timeout-ms N
   --max-run-ms N                             runaway limit (default 10000)
@@ -38,6 +42,8 @@ const NUMERIC = {
   "--inbound-buffer-bytes": "inboundBufferBytes",
   "--outbound-buffer-bytes": "outboundBufferBytes",
   "--max-assembling-bytes": "maxAssemblingBytes",
+  "--max-dns-lookups": "maxDnsLookups",
+  "--max-dns-lookups-per-guest": "maxDnsLookupsPerGuest",
   "--max-batch-messages": "maxBatchMessages",
   "--readiness-set-entries": "readinessSetEntries",
   "--max-handshakes-per-listener": "maxHandshakesPerListener",

@@ -20,6 +20,8 @@ export const DEFAULT_LIMITS = Object.freeze({
   maxMemoryBytes: 256 << 20,
   maxRunWithoutYieldMs: 10_000,
   maxAeadKeys: 4096,
+  maxDnsLookups: 64,
+  maxDnsLookupsPerGuest: 16,
 });
 
 /**

@@ -37,20 +37,78 @@ export function checkDestination(policy, hostText, port) {
 }
 
 /**
- * Resolves and filters: the [{ip, port, text}] the guest may dial, in
- * order. Rejects with `dns-failure` or `denied`.
+ * Name lookups in flight at once for one host (getaddrinfo on libuv's
+ * thread pool, which `bin/pool-size.js` sizes to leave threads for the
+ * rest). A lookup keeps its place until getaddrinfo returns, even after
+ * its connect timed out: the thread is held until then. Lookups past the
+ * bound wait in order; one whose connect ended meanwhile gives its turn
+ * away without looking up. Mirrors host/src/net.rs `resolve_in_place`
+ * (`max_dns_lookups`, `max_dns_lookups_per_guest`: a Node host runs one
+ * guest, so the smaller of the two applies). Without it, 16 lookups a
+ * silent resolver never answers filled libuv's 4 threads, and every other
+ * name failed with `timeout` for about 80 s (the red team of 2026-12-03,
+ * third round).
  */
-export async function resolveAllowed(policy, host, check, port) {
+export class LookupPlaces {
+  /** @param {number} max lookups in flight at once (>= 1) */
+  constructor(max) {
+    this.max = Math.max(1, max);
+    this.used = 0;
+    this.waiting = [];
+  }
+
+  /**
+   * Runs `lookup()` in a place, waiting for one if all are taken. When the
+   * turn comes and `gone()` is true, the place passes on and `undefined`
+   * is returned without calling `lookup`.
+   */
+  async run(lookup, gone = () => false) {
+    if (this.used < this.max) this.used++;
+    else await new Promise((resolve) => this.waiting.push(resolve));
+    // Here the place is ours (taken, or handed over by `release`).
+    if (gone()) {
+      this.release();
+      return undefined;
+    }
+    try {
+      return await lookup();
+    } finally {
+      this.release();
+    }
+  }
+
+  release() {
+    const next = this.waiting.shift();
+    if (next) next();
+    else this.used--;
+  }
+}
+
+/** The host's lookup places, made at first use from its limits. */
+export function lookupPlaces(host) {
+  return (host.lookupPlaces ??= new LookupPlaces(
+    Math.min(host.limits.maxDnsLookups, host.limits.maxDnsLookupsPerGuest),
+  ));
+}
+
+/**
+ * Resolves and filters: the [{ip, port, text}] the guest may dial, in
+ * order, looking names up in one of `places` ([LookupPlaces]). `gone()`
+ * says the connect ended while the lookup waited for a place (then the
+ * result is an empty list). Rejects with `dns-failure` or `denied`.
+ */
+export async function resolveAllowed(policy, host, check, port, places, gone) {
   let ips;
   if (host.ip) {
     ips = [host.ip];
   } else {
     let found;
     try {
-      found = await lookup(host.name, { all: true, verbatim: true });
+      found = await places.run(() => lookup(host.name, { all: true, verbatim: true }), gone);
     } catch (e) {
       throw fromNodeError(e);
     }
+    if (found === undefined) return [];
     ips = found.map((f) => parseHost(f.address).ip);
   }
   let kept;

@@ -88,6 +88,17 @@ export class ReadinessSet {
     if (interest !== "accept") throw E.invalidArgument(`a byte listener takes accept, not ${interest}`);
     this.add(listener, listener.signal, () => listener.acceptable(), key, interest);
   }
+  registerFutureMessageStream(future, interest, key) {
+    this.registerFuture(future, interest, key, "future-message-stream");
+  }
+  registerFutureByteStream(future, interest, key) {
+    this.registerFuture(future, interest, key, "future-byte-stream");
+  }
+  /** `accept` on a connect in progress: ready once `get` has its result. */
+  registerFuture(future, interest, key, kind) {
+    if (interest !== "accept") throw E.invalidArgument(`a ${kind} takes accept, not ${interest}`);
+    this.add(future, future.signal, () => future.ended(), key, interest);
+  }
   deregister(key, interest) {
     return this.remove(keyOf(key, interest));
   }

@@ -24,8 +24,12 @@ export class PendingConnect {
     this.result = result;
     this.signal.wake();
   }
+  /** `get` would return something: the result, or `closed` after it was taken. */
+  ended() {
+    return this.result !== null || this.taken || this.dropped;
+  }
   subscribe() {
-    return new Pollable(this.signal, () => this.result !== null || this.taken || this.dropped);
+    return new Pollable(this.signal, () => this.ended());
   }
   get() {
     if (this.taken) return { tag: "err", val: E.closed() };
@@ -35,6 +39,7 @@ export class PendingConnect {
   }
   [Symbol.dispose]() {
     this.dropped = true;
+    dropRegistrations(this);
     if (!this.result) this.cancel();
     else if (!this.taken && this.result.tag === "ok") this.discard(this.result.val);
     this.signal.wake();

@@ -8,7 +8,7 @@ import net from "node:net";
 import { Signal, InputStream, OutputStream, streamClosed, streamFailed, dropRegistrations } from "./io.js";
 import { PendingConnect, AcceptQueue } from "./ready.js";
 import { E, fromNodeError } from "./config.js";
-import { splitHostPort, checkDestination, resolveAllowed, sockAddr } from "./net.js";
+import { splitHostPort, checkDestination, resolveAllowed, lookupPlaces, sockAddr } from "./net.js";
 import { parseBind } from "./websocket.js";
 
 /** One TCP connection's state: the source of its input stream and the sink of its output stream. */
@@ -180,8 +180,9 @@ function connect(host, address) {
       fut.sock?.destroy();
     }, host.limits.connectTimeoutMs);
     try {
-      const addrs = await resolveAllowed(host.policy, parsed, check, port);
-      if (fut.dropped || fut.result) return;
+      const gone = () => fut.dropped || fut.result !== null;
+      const addrs = await resolveAllowed(host.policy, parsed, check, port, lookupPlaces(host), gone);
+      if (gone()) return;
       const sock = net.connect({ host: addrs[0].text, port, noDelay: true });
       fut.sock = sock;
       sock.once("connect", () => {

@@ -10,7 +10,7 @@ import WebSocket, { WebSocketServer } from "ws";
 import { Signal, Pollable, dropRegistrations } from "./io.js";
 import { PendingConnect, AcceptQueue } from "./ready.js";
 import { E, ASSEMBLY_ALLOWANCE_BYTES, QUEUED_MESSAGE_OVERHEAD, fromNodeError } from "./config.js";
-import { checkDestination, resolveAllowed, pinnedLookup, sockAddr } from "./net.js";
+import { checkDestination, resolveAllowed, lookupPlaces, pinnedLookup, sockAddr } from "./net.js";
 import { parseHost } from "./policy.js";
 
 /** The close code `ws` attaches to an error that fails the connection. */
@@ -427,16 +427,22 @@ function connect(host, url, options) {
   const started = Date.now();
   (async () => {
     let addrs;
+    let late = false;
     const deadline = new Promise((_, reject) =>
-      setTimeout(() => reject(E.timeout()), host.limits.connectTimeoutMs).unref(),
+      setTimeout(() => {
+        late = true;
+        reject(E.timeout());
+      }, host.limits.connectTimeoutMs).unref(),
     );
+    const gone = () => late || fut.dropped;
     try {
-      addrs = await Promise.race([resolveAllowed(host.policy, parsed, check, port), deadline]);
+      const places = lookupPlaces(host);
+      addrs = await Promise.race([resolveAllowed(host.policy, parsed, check, port, places, gone), deadline]);
     } catch (e) {
       fut.settle({ tag: "err", val: e.tag ? e : fromNodeError(e) });
       return;
     }
-    if (fut.dropped) return;
+    if (fut.dropped || addrs.length === 0) return;
     const addr = addrs[0];
     const headers = {};
     for (const [k, v] of options.headers ?? []) headers[k] = v;

@@ -215,6 +215,7 @@ fn run_case(name: &str, p: &Peer) -> Outcome {
         "readiness.only-ready-reported" => readiness_only_ready_reported(p),
         "readiness.drop-registered" => readiness_drop_registered(p),
         "readiness.set-full" => readiness_set_full(),
+        "readiness.connect-results" => readiness_connect_results(p),
         "limits.send-over-max" => send_over_max(p),
         "limits.receive-over-max-1009" => receive_over_max(p),
         "limits.guest-memory" => guest_memory(),
@@ -1846,6 +1847,102 @@ fn readiness_drop_registered(p: &Peer) -> Outcome {
         set.len()
     );
     Ok("a dropped stream's and listener's entries vanish; the rest stay".into())
+}
+
+fn readiness_connect_results(p: &Peer) -> Outcome {
+    let set = ReadinessSet::new();
+    let ready = set.subscribe();
+    let options = ConnectOptions {
+        subprotocols: vec![],
+        headers: vec![],
+    };
+    let ws = websocket::connect(&p.ws("/echo"), &options).map_err(|e| describe(&e))?;
+    let tcp_ok = tcp::connect(p.addr("tcp-echo")).map_err(|e| describe(&e))?;
+    let refused = tcp::connect(p.addr("closed")).map_err(|e| describe(&e))?;
+    match set.register_future_byte_stream(&tcp_ok, Interest::Read, 9) {
+        Err(ErrorCode::InvalidArgument(_)) => {}
+        other => return Err(format!("read on a future-byte-stream gave {other:?}")),
+    }
+    let reg = |r: Result<(), ErrorCode>, key: u64| {
+        r.map_err(|e| format!("register {key}: {}", describe(&e)))
+    };
+    reg(
+        set.register_future_message_stream(&ws, Interest::Accept, 1),
+        1,
+    )?;
+    reg(
+        set.register_future_byte_stream(&tcp_ok, Interest::Accept, 2),
+        2,
+    )?;
+    reg(
+        set.register_future_byte_stream(&refused, Interest::Accept, 3),
+        3,
+    )?;
+    // A connect dropped while registered: its key is never reported.
+    let dropped = tcp::connect(p.addr("tcp-echo")).map_err(|e| describe(&e))?;
+    reg(
+        set.register_future_byte_stream(&dropped, Interest::Accept, 4),
+        4,
+    )?;
+    drop(dropped);
+    ensure!(
+        set.len() == 3,
+        "len {} after dropping a registered future",
+        set.len()
+    );
+    let want = [
+        (1, Interest::Accept),
+        (2, Interest::Accept),
+        (3, Interest::Accept),
+    ];
+    let deadline = sdk::monotonic_clock::now() + 2_000_000_000;
+    let mut seen = Vec::new();
+    while seen.len() < want.len() && sdk::monotonic_clock::now() < deadline {
+        for entry in sdk::wait_ready_until(&set, &ready, 64, deadline) {
+            ensure!(want.contains(&entry), "{entry:?} reported, never connected");
+            if !seen.contains(&entry) {
+                seen.push(entry);
+            }
+        }
+    }
+    ensure!(
+        seen.len() == want.len(),
+        "only {seen:?} of {want:?} reported within 2 s"
+    );
+    // Level-triggered: a result not taken yet is reported again.
+    let keys = ready_keys(&set, &ready, 0);
+    ensure!(keys == want, "reported again before `get`: {keys:?}");
+    let stream = match ws.get() {
+        Some(Ok(stream)) => stream,
+        other => {
+            return Err(format!(
+                "websocket connect reported, then get gave {other:?}"
+            ));
+        }
+    };
+    match tcp_ok.get() {
+        Some(Ok(_)) => {}
+        other => return Err(format!("tcp connect reported, then get gave {other:?}")),
+    }
+    match refused.get() {
+        Some(Err(ErrorCode::ConnectionRefused(_))) => {}
+        other => return Err(format!("refused connect reported, then get gave {other:?}")),
+    }
+    drop((ws, tcp_ok, refused));
+    ensure!(
+        set.len() == 0,
+        "len {} after dropping every future",
+        set.len()
+    );
+    let keys = ready_keys(&set, &ready, 50);
+    ensure!(keys.is_empty(), "dropped futures were reported: {keys:?}");
+    let ws = wrap(stream);
+    ws.send(&Message::Text("after".into()))?;
+    match ws.recv()? {
+        Message::Text(t) if t == "after" => {}
+        other => return Err(format!("the reported connect's stream echoed {other:?}")),
+    }
+    Ok("connects (ok, refused) reported as accept once ended, until dropped".into())
 }
 
 fn readiness_set_full() -> Outcome {

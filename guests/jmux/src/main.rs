@@ -22,10 +22,10 @@
 //! channels). The sleep is one `wasi:io/poll` over the set's pollable, a
 //! monotonic-clock pollable only when the session has a deadline (the
 //! sender's 50 us drain spacing or 1 ms backstop) or a proxy handshake is
-//! in progress (its deadline), and the pollables of
-//! target connects still in progress (a `future-byte-stream` has no
-//! readiness-set registration; each is in the list only until it
-//! resolves). No periodic tick.
+//! in progress (its deadline). Target connects in progress are in the set
+//! too (`accept` on their `future-byte-stream`): a connect costs the loop
+//! one registration and one wake-up when it ends, however many are in
+//! flight. No periodic tick.
 //!
 //! The SOCKS5 and HTTP proxy handshakes are bounded in time and number
 //! (`tether_jmux::proxy::cli::HandshakeLimits`): each has a deadline, kept
@@ -38,6 +38,7 @@
 //! old loop for comparison (`tether bench load --jmux`): every pollable in
 //! every `poll` and every channel visited on every wake-up.
 
+mod log_budget;
 mod pipe;
 
 use std::collections::VecDeque;
@@ -55,6 +56,7 @@ use tether_jmux::{
     ChannelError, ChannelId, Destination, DestinationError, Event, ReasonCode, Session,
 };
 
+use log_budget::LogBudget;
 use pipe::{Pipe, Read, Wrote, stream_error};
 
 /// Largest read from a channel's TCP input, bytes (the host's default read
@@ -65,6 +67,12 @@ const TCP_READ: u64 = 64 * 1024;
 const READS_PER_TURN: usize = 4;
 /// Pipe bytes handled per loop iteration before local work gets a turn.
 const PIPE_BYTES_PER_TURN: usize = 512 * 1024;
+/// Most pipe bytes handed to the session in one call. A WebSocket pipe
+/// message may be as large as the host allows (64 MiB): it is fed in
+/// slices, with the session's events taken between turns, so the session
+/// never holds a copy of a whole message (the TCP pipe reads 64 KiB at
+/// most anyway).
+const PIPE_SLICE: usize = 64 * 1024;
 /// Largest SOCKS5/HTTP handshake read, bytes.
 const HANDSHAKE_READ: u64 = 16 * 1024;
 /// Granularity of the host's timers (wasmtime-wasi's clock pollables sleep
@@ -75,26 +83,21 @@ const HOST_TIMER_RESOLUTION: std::time::Duration = std::time::Duration::from_mil
 const CLOSE_PROTOCOL_ERROR: u16 = 4002;
 /// Ready registrations taken from the readiness set per wake-up.
 const TAKE_READY: u32 = 256;
-/// Connects to targets in flight at once. Each is one pollable in every
-/// sleep (connects have no readiness-set interest), so a peer that opens
-/// channels to targets that never answer made every wake-up cost
-/// O(its connects) until the host's connect timeout (the red team of
-/// 2026-12-03: 1,000 in flight took a channel's round trip from 159 us to
-/// 1.7 ms). OPENs past it wait their turn, in order.
-const MAX_CONNECTS_IN_FLIGHT: usize = 64;
-/// Busy turns (no sleep, so no poll of the connects) after which every
-/// connect in flight is asked for its result anyway.
-const CONNECT_CHECK_TURNS: u32 = 64;
-/// At most one log line per this long for JMUX messages the session
-/// dropped (unknown channel ids): a peer could otherwise write a line per
-/// 9-byte message.
-const DROPPED_LOG_INTERVAL: std::time::Duration = std::time::Duration::from_secs(10);
+/// Log lines a peer or a client can cause, per kind ([`LogBudget`]):
+/// at most [`LOG_BURST`] per this long. Messages the session dropped
+/// (unknown channel ids) get one line per interval, with a count: a peer
+/// could otherwise write a line per 9-byte message.
+const LOG_INTERVAL: std::time::Duration = std::time::Duration::from_secs(10);
+/// Lines per kind per [`LOG_INTERVAL`] for refused OPENs, refused proxy
+/// clients and channel errors.
+const LOG_BURST: u32 = 10;
 /// Readiness-set keys: the kind in the high 32 bits, the index (listener,
 /// handshake slot, channel id) in the low 32.
 const KEY_PIPE: u64 = 0;
 const KEY_LISTENER: u64 = 1 << 32;
 const KEY_HANDSHAKE: u64 = 2 << 32;
 const KEY_CHAN: u64 = 3 << 32;
+const KEY_CONNECT: u64 = 4 << 32;
 /// The guest option that selects the old loop (see the module docs).
 const POLL_ALL: &str = "--poll-all";
 
@@ -155,6 +158,7 @@ fn run(args: ProxyArgs, poll_all: bool) -> Result<(), String> {
         session,
         pipe,
         pipe_readable: true,
+        pipe_message: (Vec::new(), 0),
         pipe_blocked: false,
         pipe_watch: (false, false),
         listeners,
@@ -166,9 +170,11 @@ fn run(args: ProxyArgs, poll_all: bool) -> Result<(), String> {
         live_handshakes: 0,
         handshakes_cut: [0, 0],
         connects: Vec::new(),
-        waiting_connects: VecDeque::new(),
-        busy_turns: 0,
-        dropped: (0, None),
+        free_connects: Vec::new(),
+        ready_connects: Vec::new(),
+        log_dropped: LogBudget::new(LOG_INTERVAL, 1),
+        log_refused: LogBudget::new(LOG_INTERVAL, LOG_BURST),
+        log_clients: LogBudget::new(LOG_INTERVAL, LOG_BURST),
         chans: Vec::new(),
         dirty: Vec::new(),
         dirty_spare: Vec::new(),
@@ -278,15 +284,17 @@ enum Greeting {
     HttpConnect,
 }
 
-/// A target connect in progress (accepting side).
+/// A target connect in progress (accepting side), registered in the
+/// readiness set as `KEY_CONNECT | slot` (`accept`: its result is there).
 struct Connecting {
-    ready: Pollable,
+    /// Its pollable, only for `--poll-all` (declared first: dropped
+    /// before the future).
+    ready: Option<Pollable>,
     future: tcp::FutureByteStream,
     id: ChannelId,
     target: String,
-    /// Its pollable fired in the last sleep: `get` has a result.
-    fired: bool,
-    done: bool,
+    /// On [`Proxy::ready_connects`].
+    queued: bool,
 }
 
 /// One JMUX channel and its TCP connection.
@@ -434,7 +442,7 @@ enum Wake {
     PipeTx,
     Listener(usize),
     Handshake(usize),
-    Connect,
+    Connect(usize),
     ChanRead(usize),
     ChanWrite(usize),
     Timer,
@@ -452,6 +460,7 @@ impl Wake {
             KEY_HANDSHAKE => Wake::Handshake(index),
             KEY_CHAN if read => Wake::ChanRead(index),
             KEY_CHAN => Wake::ChanWrite(index),
+            KEY_CONNECT => Wake::Connect(index),
             _ => return None,
         })
     }
@@ -461,6 +470,9 @@ struct Proxy {
     session: Session,
     pipe: Pipe,
     pipe_readable: bool,
+    /// The pipe message being fed to the session in slices, and how far
+    /// ([`PIPE_SLICE`]).
+    pipe_message: (Vec<u8>, usize),
     pipe_blocked: bool,
     /// The pipe's receive and send sides are registered.
     pipe_watch: (bool, bool),
@@ -482,15 +494,22 @@ struct Proxy {
     /// Clients cut at their deadline, and refused past the bound (logged at
     /// powers of two, so a flood cannot flood the log).
     handshakes_cut: [u64; 2],
-    connects: Vec<Connecting>,
-    /// Checked OPENs waiting for a place among the connects in flight
-    /// ([`MAX_CONNECTS_IN_FLIGHT`]): channel id and `host:port`.
-    waiting_connects: VecDeque<(ChannelId, String)>,
-    /// Turns since the last sleep (see [`CONNECT_CHECK_TURNS`]).
-    busy_turns: u32,
-    /// Messages the session dropped since the last line about them, and
-    /// when that line was written ([`DROPPED_LOG_INTERVAL`]).
-    dropped: (u64, Option<Instant>),
+    /// Target connects in progress, indexed by slot (the readiness key's
+    /// index). Each holds its channel, so the session's `--max-channels`
+    /// bounds them; they all run at once (no queue: a connect that hangs
+    /// until the host's connect timeout holds up no other OPEN), and
+    /// wait in the readiness set, so they cost a wake-up nothing until
+    /// one ends.
+    connects: Vec<Option<Connecting>>,
+    free_connects: Vec<usize>,
+    /// Slots whose connect was reported ended, each once.
+    ready_connects: Vec<usize>,
+    /// Lines about messages the session dropped (one per interval).
+    log_dropped: LogBudget,
+    /// Lines about OPENs refused (by us or by the peer).
+    log_refused: LogBudget,
+    /// Lines about proxy clients refused and channels that failed.
+    log_clients: LogBudget,
     /// Indexed by channel id.
     chans: Vec<Option<Chan>>,
     /// Channels to pump on the next turn, each once ([`Chan::dirty`]).
@@ -571,6 +590,7 @@ impl Proxy {
             set,
             poll_all,
             session,
+            log_clients,
             ..
         } = self;
         let Some(chan) = chans.get_mut(id.0 as usize).and_then(Option::as_mut) else {
@@ -596,7 +616,9 @@ impl Proxy {
             }
         }
         if let Some(e) = refused {
-            eprintln!("jmux: {id}: readiness set: {}", sdk::describe(&e));
+            log_clients.log(Instant::now(), || {
+                format!("{id}: readiness set: {}", sdk::describe(&e))
+            });
             chan.read_stopped = true;
             chan.failed = true;
             chan.writable = true;
@@ -634,7 +656,15 @@ impl Proxy {
                     l.pending = !l.ended;
                 }
             }
-            Wake::Connect | Wake::Timer => {}
+            Wake::Connect(slot) => {
+                if let Some(Some(c)) = self.connects.get_mut(slot)
+                    && !c.queued
+                {
+                    c.queued = true;
+                    self.ready_connects.push(slot);
+                }
+            }
+            Wake::Timer => {}
             Wake::Handshake(h) => {
                 if let Some(Some(hs)) = self.handshakes.get_mut(h)
                     && !hs.readable
@@ -657,8 +687,8 @@ impl Proxy {
         }
     }
 
-    /// Sleeps until something registered is ready, the timer fires or a
-    /// connect resolves: O(ready entries + connects in progress).
+    /// Sleeps until something registered is ready (a connect that ended
+    /// included) or the timer fires: O(ready entries).
     fn wait(&mut self) -> Result<(), String> {
         self.watch_pipe()?;
         if self.poll_all {
@@ -667,39 +697,21 @@ impl Proxy {
         }
         loop {
             let ready = self.set.take_ready(TAKE_READY);
-            let woke = !ready.is_empty();
-            for (key, interest) in ready {
-                if let Some(wake) = Wake::from_key(key, interest) {
-                    self.on_wake(wake);
+            if !ready.is_empty() {
+                for (key, interest) in ready {
+                    if let Some(wake) = Wake::from_key(key, interest) {
+                        self.on_wake(wake);
+                    }
                 }
-            }
-            if woke && self.connects.is_empty() {
                 return Ok(());
             }
-            // Sleep on the set, the timer and the connects in flight; or,
-            // when entries were taken, only look whether the connects have
-            // resolved (a zero timer: the poll returns at once).
-            let now = woke.then(|| monotonic_clock::subscribe_duration(0));
-            let mut list: Vec<&Pollable> = Vec::with_capacity(3 + self.connects.len());
-            list.push(&self.set_ready);
-            list.extend(&now);
-            list.extend(self.timer.as_ref().map(|(_, t)| t));
-            let first_connect = list.len();
-            list.extend(self.connects.iter().map(|c| &c.ready));
-            let fired = sdk::poll(&list);
-            drop(list);
-            self.busy_turns = 0;
-            for &i in &fired {
-                if let Some(c) = (i as usize)
-                    .checked_sub(first_connect)
-                    .and_then(|i| self.connects.get_mut(i))
-                {
-                    c.fired = true;
-                }
-            }
-            // Anything but the set's own pollable (connects: the next
-            // turn takes their results) ends the wait.
-            if woke || fired.iter().any(|&i| i != 0) {
+            let list: Vec<&Pollable> = [Some(&self.set_ready), self.timer.as_ref().map(|(_, t)| t)]
+                .into_iter()
+                .flatten()
+                .collect();
+            // Anything but the set's own pollable (the timer) ends the
+            // wait; the set's means entries to take.
+            if sdk::poll(&list).iter().any(|&i| i != 0) {
                 return Ok(());
             }
         }
@@ -730,9 +742,11 @@ impl Proxy {
                 wakes.push(Wake::Handshake(i));
             }
         }
-        for c in &self.connects {
-            list.push(&c.ready);
-            wakes.push(Wake::Connect);
+        for (slot, c) in self.connects.iter().enumerate() {
+            if let Some(ready) = c.as_ref().and_then(|c| c.ready.as_ref()) {
+                list.push(ready);
+                wakes.push(Wake::Connect(slot));
+            }
         }
         for (i, chan) in self.chans.iter().enumerate() {
             let Some(chan) = chan else { continue };
@@ -785,6 +799,12 @@ impl Proxy {
                 self.write_pipe()?;
             }
             busy |= self.process_events();
+            // Input paused only for the events just taken goes on here:
+            // a paused session must not wait for pipe I/O it does not need.
+            self.session
+                .resume_input(now)
+                .map_err(|e| format!("session ended: {e}"))?;
+            busy |= self.process_events();
             busy |= !self.dirty.is_empty() || !self.ready_handshakes.is_empty();
             // Answers still queued behind a full output buffer that the
             // write just emptied: another flush moves them (the peer need
@@ -797,7 +817,6 @@ impl Proxy {
                 !self.pipe_blocked
             };
             if busy {
-                self.busy_turns = self.busy_turns.saturating_add(1);
                 continue;
             }
             // Sleep until I/O, the session's deadline or a handshake's.
@@ -851,13 +870,23 @@ impl Proxy {
     fn read_pipe(&mut self, now: Instant) -> Result<bool, String> {
         let mut taken = 0;
         while taken < PIPE_BYTES_PER_TURN && self.session.wants_input() {
-            match self.pipe.read()? {
-                Read::Bytes(b) => {
-                    taken += b.len();
-                    self.session
-                        .handle_input(now, &b)
-                        .map_err(|e| format!("session ended: {e}"))?;
+            let (message, at) = &mut self.pipe_message;
+            if *at < message.len() {
+                let end = message.len().min(*at + PIPE_SLICE);
+                let slice = &message[*at..end];
+                taken += slice.len();
+                *at = end;
+                self.session
+                    .handle_input(now, slice)
+                    .map_err(|e| format!("session ended: {e}"))?;
+                if end == message.len() {
+                    // Fed whole: a large message's memory goes back now.
+                    self.pipe_message = (Vec::new(), 0);
                 }
+                continue;
+            }
+            match self.pipe.read()? {
+                Read::Bytes(b) => self.pipe_message = (b, 0),
                 Read::Empty => {
                     self.pipe_readable = false;
                     return Ok(true);
@@ -920,7 +949,9 @@ impl Proxy {
                     else {
                         continue;
                     };
-                    eprintln!("jmux: {id} refused by the peer: {reason}: {description}");
+                    self.log_refused.log(Instant::now(), || {
+                        format!("{id} refused by the peer: {reason}: {description}")
+                    });
                     match chan.greeting {
                         Greeting::Socks => chan.conn.write_some(&socks5::reply(Some(reason))),
                         Greeting::HttpConnect => chan
@@ -958,20 +989,11 @@ impl Proxy {
                     message_type,
                     reason,
                 } => {
-                    let now = Instant::now();
-                    let (count, last) = &mut self.dropped;
-                    *count += 1;
-                    if last.is_none_or(|t| now.duration_since(t) >= DROPPED_LOG_INTERVAL) {
-                        let more = match *count - 1 {
-                            0 => String::new(),
-                            n => format!(" ({n} more dropped since the last line)"),
-                        };
-                        eprintln!(
-                            "jmux: dropped {message_type} for channel {recipient_channel_id}: {reason:?}{more}"
-                        );
-                        *count = 0;
-                        *last = Some(now);
-                    }
+                    self.log_dropped.log(Instant::now(), || {
+                        format!(
+                            "dropped {message_type} for channel {recipient_channel_id}: {reason:?}"
+                        )
+                    });
                 }
             }
         }
@@ -979,7 +1001,9 @@ impl Proxy {
     }
 
     fn reject(&mut self, id: ChannelId, reason: ReasonCode, why: &str) {
-        eprintln!("jmux: refused OPEN ({id}): {reason}: {why}");
+        self.log_refused.log(Instant::now(), || {
+            format!("refused OPEN ({id}): {reason}: {why}")
+        });
         let _ = self.session.reject(id, reason, why);
     }
 
@@ -1004,51 +1028,67 @@ impl Proxy {
             let why = format!("{dest} is not allowed by this proxy's --allow rules");
             return self.reject(id, ReasonCode::NotAllowedByRuleSet, &why);
         }
-        let target = host_port(&dest);
-        if self.connects.len() >= MAX_CONNECTS_IN_FLIGHT {
-            self.waiting_connects.push_back((id, target));
-        } else {
-            self.dial(id, target);
-        }
+        self.dial(id, host_port(&dest));
     }
 
-    /// Starts the connect of an OPEN that passed the checks.
+    /// Starts the connect of an OPEN that passed the checks and registers
+    /// it in the readiness set (a connect that ended already is reported
+    /// at once: level-triggered).
     fn dial(&mut self, id: ChannelId, target: String) {
-        match tcp::connect(&target) {
-            Ok(future) => self.connects.push(Connecting {
-                ready: future.subscribe(),
-                future,
-                id,
-                target,
-                // A connect may resolve at once.
-                fired: true,
-                done: false,
-            }),
-            Err(e) => {
-                self.reject(id, reason_for(&e), &why_not(&target, &e));
-            }
+        let future = match tcp::connect(&target) {
+            Ok(future) => future,
+            Err(e) => return self.reject(id, reason_for(&e), &why_not(&target, &e)),
+        };
+        let slot = self.free_connects.pop().unwrap_or(self.connects.len());
+        let mut ready = None;
+        if self.poll_all {
+            ready = Some(future.subscribe());
+        } else if let Err(e) = self.set.register_future_byte_stream(
+            &future,
+            Interest::Accept,
+            KEY_CONNECT | slot as u64,
+        ) {
+            self.free_connects.push(slot);
+            let why = format!("{target}: readiness set: {}", sdk::describe(&e));
+            return self.reject(id, ReasonCode::GeneralFailure, &why);
+        }
+        let c = Connecting {
+            ready,
+            future,
+            id,
+            target,
+            queued: false,
+        };
+        if slot == self.connects.len() {
+            self.connects.push(Some(c));
+        } else {
+            self.connects[slot] = Some(c);
         }
     }
 
-    /// Takes the results of the connects whose pollable fired (all of
-    /// them with `--poll-all`, or after [`CONNECT_CHECK_TURNS`] busy turns),
-    /// then dials waiting OPENs into the places that freed.
+    /// Takes the results of the connects reported ended (every one in
+    /// flight with `--poll-all`). O(connects reported).
     fn progress_connects(&mut self) {
-        let all = self.poll_all || self.busy_turns >= CONNECT_CHECK_TURNS;
-        if all {
-            self.busy_turns = 0;
-        }
-        for i in 0..self.connects.len() {
-            let c = &mut self.connects[i];
-            if !(c.fired || all) {
-                continue;
+        if self.poll_all {
+            for (slot, c) in self.connects.iter_mut().enumerate() {
+                if let Some(c) = c.as_mut().filter(|c| !c.queued) {
+                    c.queued = true;
+                    self.ready_connects.push(slot);
+                }
             }
-            c.fired = false;
+        }
+        let mut ready = std::mem::take(&mut self.ready_connects);
+        for slot in ready.drain(..) {
+            let Some(c) = self.connects.get_mut(slot).and_then(Option::as_mut) else {
+                continue;
+            };
+            c.queued = false;
             let Some(result) = c.future.get() else {
                 continue;
             };
-            c.done = true;
-            let (id, target) = (c.id, c.target.clone());
+            // Dropping the future drops its registration.
+            let Connecting { id, target, .. } = self.connects[slot].take().expect("live slot");
+            self.free_connects.push(slot);
             match result {
                 Ok(parts) => {
                     if self.session.accept(id).is_ok() {
@@ -1065,13 +1105,7 @@ impl Proxy {
                 }
             }
         }
-        self.connects.retain(|c| !c.done);
-        while self.connects.len() < MAX_CONNECTS_IN_FLIGHT {
-            let Some((id, target)) = self.waiting_connects.pop_front() else {
-                break;
-            };
-            self.dial(id, target);
-        }
+        self.ready_connects = ready;
     }
 
     /// Takes new client connections from the listeners.
@@ -1142,7 +1176,9 @@ impl Proxy {
                 self.insert_chan(id, chan);
             }
             Err(e) => {
-                eprintln!("jmux: cannot open a channel to {dest}: {e}");
+                self.log_clients.log(Instant::now(), || {
+                    format!("cannot open a channel to {dest}: {e}")
+                });
                 match greeting {
                     Greeting::Socks => {
                         conn.write_some(&socks5::reply(Some(ReasonCode::GeneralFailure)))
@@ -1233,10 +1269,9 @@ impl Proxy {
                 KEY_HANDSHAKE | slot as u64,
             )
         {
-            eprintln!(
-                "jmux: proxy client dropped: readiness set: {}",
-                sdk::describe(&e)
-            );
+            self.log_clients.log(Instant::now(), || {
+                format!("proxy client dropped: readiness set: {}", sdk::describe(&e))
+            });
             let _ = conn.stream.shutdown_send();
             return;
         }
@@ -1305,7 +1340,8 @@ impl Proxy {
                                 Outcome::Open(req.destination, Greeting::Socks, req.leftover, None)
                             }
                             Err(e) => {
-                                eprintln!("jmux: SOCKS5 client refused: {e}");
+                                self.log_clients
+                                    .log(Instant::now(), || format!("SOCKS5 client refused: {e}"));
                                 if let Some(reply) = e.reply() {
                                     h.conn.write_some(&reply);
                                 }
@@ -1344,7 +1380,9 @@ impl Proxy {
                                         )
                                     }
                                     Err(e) => {
-                                        eprintln!("jmux: HTTP proxy client refused: {e}");
+                                        self.log_clients.log(Instant::now(), || {
+                                            format!("HTTP proxy client refused: {e}")
+                                        });
                                         let e = http::HttpProxyError::BadFraming(e.to_string());
                                         h.conn.write_some(&e.response());
                                         Outcome::Drop
@@ -1352,7 +1390,9 @@ impl Proxy {
                                 }
                             }
                             Err(e) => {
-                                eprintln!("jmux: HTTP proxy client refused: {e}");
+                                self.log_clients.log(Instant::now(), || {
+                                    format!("HTTP proxy client refused: {e}")
+                                });
                                 h.conn.write_some(&e.response());
                                 Outcome::Drop
                             }
@@ -1475,20 +1515,18 @@ impl Proxy {
                 }
                 Ok(p) => p as usize,
                 Err(e) => {
-                    eprintln!(
-                        "jmux: {id}: write to the TCP side failed: {}",
-                        stream_error(&e)
-                    );
+                    self.log_clients.log(Instant::now(), || {
+                        format!("{id}: write to the TCP side failed: {}", stream_error(&e))
+                    });
                     failed = true;
                     break;
                 }
             };
             let n = data.len().min(permit);
             if let Err(e) = chan.conn.output.write(&data[..n]) {
-                eprintln!(
-                    "jmux: {id}: write to the TCP side failed: {}",
-                    stream_error(&e)
-                );
+                self.log_clients.log(Instant::now(), || {
+                    format!("{id}: write to the TCP side failed: {}", stream_error(&e))
+                });
                 failed = true;
                 break;
             }
@@ -1585,7 +1623,8 @@ impl Proxy {
                         return Ok(());
                     }
                     Err(e) => {
-                        eprintln!("jmux: {id}: {e}");
+                        self.log_clients
+                            .log(Instant::now(), || format!("{id}: {e}"));
                         chan.read_stopped = true;
                         return Ok(());
                     }
@@ -1625,7 +1664,8 @@ impl Proxy {
                     if let Some(f) = chan.forward.as_mut()
                         && let Err(e) = f.admit(&mut b)
                     {
-                        eprintln!("jmux: {id}: HTTP proxy client: {e}");
+                        self.log_clients
+                            .log(Instant::now(), || format!("{id}: HTTP proxy client: {e}"));
                         chan.read_stopped = true;
                         chan.failed = true;
                         let _ = self.session.abort(id);
@@ -1636,10 +1676,12 @@ impl Proxy {
                 }
                 Err(StreamError::Closed) => chan.read_eof = true,
                 Err(StreamError::LastOperationFailed(e)) => {
-                    eprintln!(
-                        "jmux: {id}: read from the TCP side failed: {}",
-                        e.to_debug_string()
-                    );
+                    self.log_clients.log(Instant::now(), || {
+                        format!(
+                            "{id}: read from the TCP side failed: {}",
+                            e.to_debug_string()
+                        )
+                    });
                     chan.read_stopped = true;
                     chan.failed = true;
                     let _ = self.session.abort(id);

@@ -120,6 +120,16 @@ pub struct Config {
     /// ADJUST per adjust threshold consumed (~40 KiB at 1024 channels
     /// with the whole budget consumed). Must be > 0.
     pub max_control_backlog: usize,
+    /// Most events waiting for [`Session::poll_event`] (default 4096).
+    /// Past it, [`Session::handle_input`] stops decoding (the rest stays
+    /// buffered) and [`Session::wants_input`] is `false` until the driver
+    /// took events and called [`Session::resume_input`]. So however much
+    /// input one call hands over, the queue holds at most this many
+    /// events: a peer's 32 MiB WebSocket message of 8-byte CLOSEs for
+    /// unknown channels made 4 million events, about eight times the
+    /// message in guest memory, and stopped the JMUX guest at its memory
+    /// limit (the red team of 2026-12-03, fourth round). Must be > 0.
+    pub max_pending_events: usize,
     /// The coalescing sender's limits (64 KiB buffer, 16 KiB threshold,
     /// 50 us drain spacing, 1 ms backstop). `capacity` must be >= 1024.
     pub sender: SenderConfig,
@@ -136,6 +146,7 @@ impl Default for Config {
             max_channels: 1024,
             open_timeout: None,
             max_control_backlog: 256 * 1024,
+            max_pending_events: 4096,
             sender: SenderConfig::default(),
         }
     }
@@ -163,6 +174,9 @@ pub enum ConfigError {
     /// `max_control_backlog` is 0.
     #[error("max_control_backlog must be > 0")]
     ZeroControlBacklog,
+    /// `max_pending_events` is 0.
+    #[error("max_pending_events must be > 0")]
+    ZeroPendingEvents,
 }
 
 /// Something the driver must act on, from [`Session::poll_event`]. Events for
@@ -390,6 +404,9 @@ impl Session {
         }
         if config.max_control_backlog == 0 {
             return Err(ConfigError::ZeroControlBacklog);
+        }
+        if config.max_pending_events == 0 {
+            return Err(ConfigError::ZeroPendingEvents);
         }
         let adjust_threshold = u64::from(
             config
@@ -1026,9 +1043,11 @@ impl Session {
     /// at time `now`. Events queue up for [`Session::poll_event`].
     ///
     /// Decoding stops while control messages over
-    /// [`Config::max_control_backlog`] wait for output room (the rest of
-    /// the input stays buffered, [`Session::wants_input`] turns `false`);
-    /// [`Session::resume_input`] goes on once the pipe took them.
+    /// [`Config::max_control_backlog`] wait for output room, or
+    /// [`Config::max_pending_events`] events wait for the driver (the rest
+    /// of the input stays buffered, [`Session::wants_input`] turns
+    /// `false`); [`Session::resume_input`] goes on once the pipe took the
+    /// answers and the driver the events.
     ///
     /// Errors: [`SessionError`] (fatal and sticky): malformed input, or DATA
     /// beyond the granted window.
@@ -1039,7 +1058,7 @@ impl Session {
         self.decoder.push(bytes);
         self.input_paused = false;
         loop {
-            if self.control_bytes > self.config.max_control_backlog {
+            if self.must_pause_input() {
                 self.input_paused = true;
                 break;
             }
@@ -1488,15 +1507,18 @@ impl Session {
 
     /// Whether the driver should read more input from the pipe: `false`
     /// while decoding is paused at [`Config::max_control_backlog`] (the
-    /// peer sends without reading our answers). Write the pipe, then call
-    /// [`Session::resume_input`]; do not wait for pipe input meanwhile.
+    /// peer sends without reading our answers) or
+    /// [`Config::max_pending_events`]. Take the events, write the pipe,
+    /// then call [`Session::resume_input`]; do not wait for pipe input
+    /// meanwhile.
     pub fn wants_input(&self) -> bool {
         !self.input_paused
     }
 
-    /// Decodes the input held back by [`Config::max_control_backlog`] once
-    /// there is room again (moving queued control messages to the output
-    /// first); a no-op when input is not paused.
+    /// Decodes the input held back by [`Config::max_control_backlog`] or
+    /// [`Config::max_pending_events`] once there is room again (moving
+    /// queued control messages to the output first); a no-op when input
+    /// is not paused.
     ///
     /// Errors: as [`Session::handle_input`].
     pub fn resume_input(&mut self, now: Instant) -> Result<(), SessionError> {
@@ -1504,10 +1526,18 @@ impl Session {
             return Ok(());
         }
         self.pump_control(now);
-        if self.control_bytes > self.config.max_control_backlog {
+        if self.must_pause_input() {
             return Ok(());
         }
         self.handle_input(now, &[])
+    }
+
+    /// Whether decoding must wait: too many answers wait for output room
+    /// ([`Config::max_control_backlog`]) or too many events for the
+    /// driver ([`Config::max_pending_events`]).
+    fn must_pause_input(&self) -> bool {
+        self.control_bytes > self.config.max_control_backlog
+            || self.events.len() >= self.config.max_pending_events
     }
 }
 

@@ -1947,6 +1947,52 @@ fn answers_waiting_for_a_peer_that_does_not_read_are_bounded() {
     assert!(h.s.wants_input());
 }
 
+/// One input call of 100,000 CLOSEs for unknown channels (a peer's large
+/// WebSocket pipe message): the session queues at most
+/// `max_pending_events` events, keeps the rest buffered and asks for no
+/// more input; each `resume_input` after the driver took the events
+/// decodes the next share, and every message is reported once, in order.
+/// (The red team of 2026-12-03, fourth round: one 32 MiB message made 4
+/// million events and stopped the JMUX guest at its memory limit.)
+#[test]
+fn events_waiting_for_the_driver_are_bounded() {
+    const MESSAGES: u32 = 100_000;
+    let mut h = Harness::new(Config {
+        max_pending_events: 1000,
+        ..Config::default()
+    });
+    let closes: Vec<Message> = (0..MESSAGES)
+        .map(|id| Message::Close {
+            recipient_channel_id: 1_000_000 + id,
+        })
+        .collect();
+    h.feed(&closes).unwrap();
+    let mut seen = Vec::new();
+    let mut rounds = 0;
+    loop {
+        let events = h.events();
+        assert!(events.len() <= 1000, "{} events queued", events.len());
+        for e in events {
+            match e {
+                Event::Dropped {
+                    recipient_channel_id,
+                    ..
+                } => seen.push(recipient_channel_id - 1_000_000),
+                other => panic!("{other:?}"),
+            }
+        }
+        if h.s.wants_input() {
+            break;
+        }
+        h.s.resume_input(h.now).unwrap();
+        rounds += 1;
+        assert!(rounds <= 200, "no progress");
+    }
+    assert_eq!(seen, (0..MESSAGES).collect::<Vec<u32>>());
+    assert_eq!(h.s.stats().dropped_messages, u64::from(MESSAGES));
+    assert!(rounds >= 99, "{rounds} rounds");
+}
+
 /// A receive buffer never allocates past what its channel can hold:
 /// filling a 1 MiB window with 4088-byte payloads used to double its
 /// capacity to 2 MiB, so buffered input could cost twice the receive
