@@ -4,7 +4,8 @@
 
 use std::io;
 use std::net::{IpAddr, SocketAddr, SocketAddrV4, SocketAddrV6};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
@@ -65,10 +66,60 @@ pub fn io_error(e: &io::Error) -> ErrorCode {
 ///
 /// Errors: `denied`, naming the rule or the reason.
 pub fn precheck(ctx: &HostCtx, host: &Host, port: u16) -> Result<NameCheck, ErrorCode> {
+    let local = match host {
+        Host::Ip { .. } => local_addresses(),
+        Host::Name(_) => Arc::default(),
+    };
     ctx.config
         .policy
-        .check_name(host, port)
+        .check_name_on(host, port, &local)
         .map_err(|why| denied(ctx, why))
+}
+
+/// How long [`local_addresses`] reuses what it read.
+const LOCAL_ADDRESSES_MAX_AGE: Duration = Duration::from_secs(1);
+
+/// This machine's interface addresses (`getifaddrs`), which the policy
+/// treats as the local host ([`crate::policy::Policy::check_ip_on`]): a
+/// connect to the host's own public address reaches services bound to
+/// `0.0.0.0` just as `127.0.0.1` does. Read again at a decision once the
+/// last read is older than [`LOCAL_ADDRESSES_MAX_AGE`] (1 s), so an
+/// address added to an interface counts within a second; no timer. If
+/// the read fails the last list stays (empty at first: then only the
+/// loopback rules protect the host), with a warning once per failure run.
+pub fn local_addresses() -> Arc<[IpAddr]> {
+    /// The last read: when, what, and whether reading failed since.
+    struct Read {
+        at: Instant,
+        list: Arc<[IpAddr]>,
+        failing: bool,
+    }
+    static CACHE: Mutex<Option<Read>> = Mutex::new(None);
+    let mut cache = CACHE.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(read) = cache.as_ref()
+        && read.at.elapsed() < LOCAL_ADDRESSES_MAX_AGE
+    {
+        return read.list.clone();
+    }
+    let (list, failing) = match if_addrs::get_if_addrs() {
+        Ok(ifs) => (ifs.into_iter().map(|i| i.ip()).collect(), false),
+        Err(e) => {
+            let (old, was_failing) = cache
+                .as_ref()
+                .map(|r| (r.list.clone(), r.failing))
+                .unwrap_or_default();
+            if !was_failing {
+                tracing::warn!(error = %e, "cannot read this machine's interface addresses; the policy knows only the last list ({} addresses)", old.len());
+            }
+            (old, true)
+        }
+    };
+    *cache = Some(Read {
+        at: Instant::now(),
+        list: Arc::clone(&list),
+        failing,
+    });
+    list
 }
 
 /// The `denied` error for `why`, counted in `tether_policy_denials_total`.
@@ -130,7 +181,7 @@ pub async fn dial(
         let addrs = ctx
             .config
             .policy
-            .check_resolved(host, check, addrs)
+            .check_resolved_on(host, check, addrs, &local_addresses())
             .map_err(|why| denied(ctx, why))?;
         let mut last = None;
         for addr in addrs {
@@ -325,7 +376,67 @@ impl AcceptErrors {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::time::{Duration, Instant};
+
+    /// This machine's own interface addresses (eth0's here) are the local
+    /// host to the policy: with loopback denied, a connect to one is denied
+    /// at once and never dialled, even where a rule allows that address,
+    /// while a listener on `0.0.0.0` / `[::]` would have answered it (the
+    /// red team of 2026-12-03, third round: under `--allow '*:*' --deny
+    /// internal` a guest reached such a listener through 192.0.2.2).
+    #[test]
+    fn this_machines_own_addresses_are_the_local_host_to_the_policy() {
+        let own: Vec<IpAddr> = local_addresses()
+            .iter()
+            .copied()
+            .filter(|a| {
+                !a.is_loopback() && !matches!(a, IpAddr::V6(v6) if v6.is_unicast_link_local())
+            })
+            .collect();
+        assert!(
+            !own.is_empty(),
+            "this machine has no interface address but loopback and link-local; the test needs one (eth0's)"
+        );
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let listener = TcpListener::bind("[::]:0")
+                .await
+                .or(TcpListener::bind("0.0.0.0:0").await)
+                .unwrap();
+            let port = listener.local_addr().unwrap().port();
+            for addr in own {
+                let mut config = crate::Config::default();
+                let exact = match addr {
+                    IpAddr::V4(a) => format!("{a}:*"),
+                    IpAddr::V6(a) => format!("[{a}]:*"),
+                };
+                config.policy.allow = vec!["*:*".parse().unwrap(), exact.parse().unwrap()];
+                config.policy.deny = vec![
+                    "127.0.0.0/8:*".parse().unwrap(),
+                    "[::1]/128:*".parse().unwrap(),
+                ];
+                let ctx = HostCtx::new(config).unwrap();
+                let host = Host::Ip { addr, zone: None };
+                match precheck(&ctx, &host, port) {
+                    Err(ErrorCode::Denied(why)) => {
+                        assert!(why.contains("address of this host"), "{addr}: {why}")
+                    }
+                    other => panic!("{addr} under {exact}: {other:?}"),
+                }
+                // The dial decides on the same list (a name that resolves
+                // to the address takes this path).
+                let lookups = lookup_places(1);
+                match dial(&ctx, &lookups, &host, port, NameCheck::Named).await {
+                    Err(ErrorCode::Denied(why)) => {
+                        assert!(why.contains("address of this host"), "{addr}: {why}")
+                    }
+                    other => panic!("{addr} was dialled: {other:?}"),
+                }
+            }
+        });
+    }
 
     /// Lookups a resolver never answers hold at most `max_dns_lookups`
     /// threads: callers past the bound wait (and give up at their timeout)

@@ -4,6 +4,7 @@
 
 import { lookup } from "node:dns/promises";
 import { isIP } from "node:net";
+import { networkInterfaces } from "node:os";
 import { parseHost, fmtHost, fmtIp } from "./policy.js";
 import { E, fromNodeError } from "./config.js";
 
@@ -18,6 +19,31 @@ export function splitHostPort(address) {
   return { host, port: Number(portText) };
 }
 
+/** How long `localAddresses` reuses what it read, ms. */
+const LOCAL_ADDRESSES_MAX_AGE_MS = 1000;
+let localCache = { at: -Infinity, list: [] };
+
+/**
+ * This machine's interface addresses, which the policy treats as the local
+ * host (a connect to the host's own public address reaches services bound
+ * to 0.0.0.0 like 127.0.0.1 does). Read again at a decision once the last
+ * read is older than 1 s; no timer. Mirrors `net::local_addresses`.
+ */
+export function localAddresses() {
+  const now = performance.now();
+  if (now - localCache.at < LOCAL_ADDRESSES_MAX_AGE_MS) return localCache.list;
+  let list = localCache.list;
+  try {
+    list = Object.values(networkInterfaces())
+      .flat()
+      .map((i) => parseHost(i.address.includes(":") ? `[${i.address.split("%")[0]}]` : i.address).ip);
+  } catch {
+    // Keep the last list.
+  }
+  localCache = { at: now, list };
+  return list;
+}
+
 /**
  * The policy's verdict on `hostText:port` before DNS. Returns the parsed
  * host and the name check; throws `invalid-url` or `denied` at once.
@@ -30,7 +56,7 @@ export function checkDestination(policy, hostText, port) {
     throw E.invalidUrl(e.message);
   }
   try {
-    return { host, check: policy.checkName(host, port) };
+    return { host, check: policy.checkName(host, port, host.ip ? localAddresses() : []) };
   } catch (why) {
     throw E.denied(why);
   }
@@ -113,7 +139,7 @@ export async function resolveAllowed(policy, host, check, port, places, gone) {
   }
   let kept;
   try {
-    kept = policy.checkResolved(host, check, ips.map((ip) => ({ ip, port })));
+    kept = policy.checkResolved(host, check, ips.map((ip) => ({ ip, port })), localAddresses());
   } catch (why) {
     throw E.denied(why);
   }

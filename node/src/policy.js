@@ -332,6 +332,24 @@ export class Rule {
   }
 }
 
+/**
+ * The loopback address (127.0.0.1 or ::1, by the family of what `addr`
+ * reaches) when `addr` or one of its equivalents is among `local`, this
+ * machine's interface addresses, and is not loopback or unspecified
+ * already (`own_loopback` in policy/src/lib.rs).
+ */
+function ownLoopback(addr, local) {
+  if (local.length === 0) return null;
+  const eq = equivalents(addr);
+  const loopbackOrAny = (a) =>
+    a.v6 ? a.n === 1n || a.n === 0n : a.n >> 24n === 127n || a.n === 0n;
+  if (eq.some(loopbackOrAny)) return null;
+  const hit = eq.find((a) => local.some((l) => twins(l).some((t) => same(t, a))));
+  if (!hit) return null;
+  const mapped = hit.v6 && hit.n >> 32n === 0xffffn;
+  return hit.v6 && !mapped ? v6(1n) : v4(0x7f000001n);
+}
+
 /** What the allow rules said about a name before DNS. */
 export const NameCheck = { Named: "named", Wildcard: "wildcard", NeedsAddress: "needs-address" };
 
@@ -344,10 +362,13 @@ export class Policy {
     this.listen = parse(listen);
   }
 
-  /** Checks host:port before DNS; returns a NameCheck, throws a reason string. */
-  checkName(host, port) {
+  /**
+   * Checks host:port before DNS; returns a NameCheck, throws a reason
+   * string. `local`: this machine's interface addresses (see `checkIp`).
+   */
+  checkName(host, port, local = []) {
     if (host.ip) {
-      this.checkIp(host.ip, port, NameCheck.NeedsAddress);
+      this.checkIp(host.ip, port, NameCheck.NeedsAddress, local);
       return NameCheck.NeedsAddress;
     }
     const name = host.name;
@@ -359,33 +380,44 @@ export class Policy {
     throw `${name}:${port} is not allowed (no --allow rule matches)`;
   }
 
-  /** Decides one address; throws the reason string. */
-  checkIp(addr, port, check) {
+  /**
+   * Decides one address; throws the reason string. `local`: this
+   * machine's interface addresses; one of them reaches the local host, so
+   * it meets loopback's rules as well as its own (`check_ip_on` in
+   * policy/src/lib.rs).
+   */
+  checkIp(addr, port, check, local = []) {
     const dest = fmtSock(addr, port);
+    const own = ownLoopback(addr, local);
     for (const rule of this.deny) {
       if (!rule.portOk(port)) continue;
-      const hit = rule.matchedEquivalent(addr);
+      const hit = rule.matchedEquivalent(addr) ?? (own && rule.matchedEquivalent(own));
       if (hit) {
-        const via = same(hit, addr) ? "" : ` (${fmtIp(addr)} reaches ${fmtIp(hit)})`;
+        let via = "";
+        if (own && same(hit, own)) via = ` (${fmtIp(addr)} is an address of this host: it reaches ${fmtIp(own)})`;
+        else if (!same(hit, addr)) via = ` (${fmtIp(addr)} reaches ${fmtIp(hit)})`;
         throw `${dest} is denied by rule \`${rule}\`${via}`;
       }
     }
     if (check === NameCheck.Named) return;
-    if (this.allow.some((r) => r.namesAddresses() && r.matchesIp(addr, port))) return;
+    if (this.allow.some((r) => r.namesAddresses() && (r.matchesIp(addr, port) || (own && r.matchesIp(own, port))))) return;
     const wildcard = check === NameCheck.Wildcard || this.allow.some((r) => r.kind === "any" && r.portOk(port));
     const range = internalRange(addr);
-    if (wildcard && !range) return;
+    if (wildcard && !range && !own) return;
     if (wildcard && range) {
       throw `${dest} is internal (${range.cidr}: ${range.what}): a wildcard --allow does not reach internal addresses; allow it by address, CIDR block or \`internal\``;
+    }
+    if (wildcard && own) {
+      throw `${dest} is an address of this host (it reaches the local host, like ${fmtIp(own)}): a wildcard --allow does not reach it; allow it by address, CIDR block or \`internal\``;
     }
     throw `${dest} is not allowed (no --allow rule matches)`;
   }
 
   /** Keeps the resolved [{ip, port}] the guest may dial, in order; throws when none is left. */
-  checkResolved(host, check, addrs) {
+  checkResolved(host, check, addrs, local = []) {
     const refused = [], kept = [];
     for (const a of addrs) {
-      try { this.checkIp(a.ip, a.port, check); kept.push(a); } catch (why) { refused.push(why); }
+      try { this.checkIp(a.ip, a.port, check, local); kept.push(a); } catch (why) { refused.push(why); }
     }
     if (kept.length === 0) {
       if (refused.length === 0) throw `${fmtHost(host)} has no addresses`;

@@ -183,3 +183,40 @@ test("the internal preset covers what SSRF filters block", () => {
   }
   assert.equal(internalRange(host("1.1.1.1").ip), null);
 });
+
+test("this machine's own addresses meet the loopback rules", () => {
+  const local = ["192.0.2.2", "[fd00::2]", "[2001:db8::5]", "127.0.0.1"].map((t) => host(t).ip);
+  const on = (p, text) => {
+    const h = host(text);
+    try {
+      const check = p.checkName(h, 80, local);
+      return { ok: p.checkResolved(h, check, [{ ip: h.ip, port: 80 }], local) };
+    } catch (why) {
+      return { err: String(why) };
+    }
+  };
+  const own = ["192.0.2.2", "[::ffff:192.0.2.2]", "0xc0.0.2.2", "[2001:db8::5]"];
+  for (const rules of [
+    policy(["*:*"], ["internal"]),
+    policy(["*:*"], ["127.0.0.0/8:*", "[::1]/128:*"]),
+    policy(["*:*"], []),
+  ]) {
+    for (const text of own) {
+      assert.match(err(on(rules, text), text), /this host/);
+      ok(decide(rules, text, 80), `${text} without the machine's addresses`);
+    }
+    ok(on(rules, "93.184.215.14"), "another address");
+  }
+  for (const allow of ["127.0.0.1:*", "192.0.2.2:*", "internal"]) ok(on(policy([allow]), "192.0.2.2"), allow);
+  ok(on(policy(["[::1]:*"]), "[2001:db8::5]"), "::1 rule");
+  err(on(policy(["127.0.0.1:*"]), "[2001:db8::5]"), "a v4 loopback rule, the v6 address");
+  const named = policy(["myself.example:80"]);
+  const h = host("myself.example");
+  const check = named.checkName(h, 80, local);
+  assert.equal(named.checkResolved(h, check, [{ ip: host("192.0.2.2").ip, port: 80 }], local).length, 1);
+  const denied = policy(["myself.example:80"], ["internal"]);
+  assert.throws(
+    () => denied.checkResolved(h, denied.checkName(h, 80, local), [{ ip: host("192.0.2.2").ip, port: 80 }], local),
+    /denied by rule `internal`/,
+  );
+});

@@ -89,9 +89,22 @@ impl Policy {
     /// or saying that no allow rule does (and, for an internal address
     /// that only a wildcard matches, why that is not enough).
     pub fn check_name(&self, host: &Host, port: u16) -> Result<NameCheck, String> {
+        self.check_name_on(host, port, &[])
+    }
+
+    /// [`Policy::check_name`] on a machine whose interfaces have the
+    /// addresses `local` (see [`Policy::check_ip_on`]).
+    ///
+    /// Errors: as [`Policy::check_name`].
+    pub fn check_name_on(
+        &self,
+        host: &Host,
+        port: u16,
+        local: &[IpAddr],
+    ) -> Result<NameCheck, String> {
         match host {
             Host::Ip { addr, .. } => {
-                self.check_ip(*addr, port, NameCheck::NeedsAddress)?;
+                self.check_ip_on(*addr, port, NameCheck::NeedsAddress, local)?;
                 Ok(NameCheck::NeedsAddress)
             }
             Host::Name(name) => {
@@ -128,16 +141,45 @@ impl Policy {
     ///
     /// Errors: the reason, naming the deny rule or the internal range.
     pub fn check_ip(&self, addr: IpAddr, port: u16, check: NameCheck) -> Result<(), String> {
+        self.check_ip_on(addr, port, check, &[])
+    }
+
+    /// [`Policy::check_ip`] on a machine whose interfaces have the
+    /// addresses `local` (a host's `getifaddrs`; empty where unknown, as in
+    /// a guest). A connect to one of them reaches this machine just as
+    /// loopback does, so such an address also meets the rules of the
+    /// loopback address of its family (`127.0.0.1`, `::1`): a deny rule or
+    /// `internal` that matches loopback denies it, an allow rule for
+    /// loopback or for the address itself admits it, and a wildcard allow
+    /// does not reach it (it is internal). Without this, `--allow '*:*'
+    /// --deny internal` let a guest reach services bound to `0.0.0.0` on
+    /// the host through its public address (the red team of 2026-12-03,
+    /// third round).
+    ///
+    /// Errors: as [`Policy::check_ip`].
+    pub fn check_ip_on(
+        &self,
+        addr: IpAddr,
+        port: u16,
+        check: NameCheck,
+        local: &[IpAddr],
+    ) -> Result<(), String> {
         let dest = SocketAddr::new(addr, port);
+        let own = own_loopback(addr, local);
         for rule in &self.deny {
             if !rule.ports().contains(port) {
                 continue;
             }
-            if let Some(hit) = rule.matched_equivalent(addr) {
-                let via = if hit == addr {
-                    String::new()
-                } else {
-                    format!(" ({addr} reaches {hit})")
+            let hit = rule
+                .matched_equivalent(addr)
+                .or_else(|| own.and_then(|lo| rule.matched_equivalent(lo)));
+            if let Some(hit) = hit {
+                let via = match own {
+                    Some(lo) if hit == lo => {
+                        format!(" ({addr} is an address of this host: it reaches {lo})")
+                    }
+                    _ if hit == addr => String::new(),
+                    _ => format!(" ({addr} reaches {hit})"),
                 };
                 return Err(format!("{dest} is denied by rule `{rule}`{via}"));
             }
@@ -145,11 +187,10 @@ impl Policy {
         if check == NameCheck::Named {
             return Ok(());
         }
-        if self
-            .allow
-            .iter()
-            .any(|r| r.names_addresses() && r.matches_ip(addr, port))
-        {
+        if self.allow.iter().any(|r| {
+            r.names_addresses()
+                && (r.matches_ip(addr, port) || own.is_some_and(|lo| r.matches_ip(lo, port)))
+        }) {
             return Ok(());
         }
         let wildcard = check == NameCheck::Wildcard
@@ -157,11 +198,14 @@ impl Policy {
                 .allow
                 .iter()
                 .any(|r| *r.host() == HostPattern::Any && r.ports().contains(port));
-        match internal_range(addr) {
-            None if wildcard => Ok(()),
-            Some(range) if wildcard => Err(format!(
+        match (internal_range(addr), own) {
+            (None, None) if wildcard => Ok(()),
+            (Some(range), _) if wildcard => Err(format!(
                 "{dest} is internal ({}: {}): a wildcard --allow does not reach internal addresses; allow it by address, CIDR block or `internal`",
                 range.cidr, range.what
+            )),
+            (None, Some(lo)) if wildcard => Err(format!(
+                "{dest} is an address of this host (it reaches the local host, like {lo}): a wildcard --allow does not reach it; allow it by address, CIDR block or `internal`"
             )),
             _ => Err(format!("{dest} is not allowed (no --allow rule matches)")),
         }
@@ -178,10 +222,24 @@ impl Policy {
         check: NameCheck,
         addrs: Vec<SocketAddr>,
     ) -> Result<Vec<SocketAddr>, String> {
+        self.check_resolved_on(host, check, addrs, &[])
+    }
+
+    /// [`Policy::check_resolved`] on a machine whose interfaces have the
+    /// addresses `local` (see [`Policy::check_ip_on`]).
+    ///
+    /// Errors: as [`Policy::check_resolved`].
+    pub fn check_resolved_on(
+        &self,
+        host: &Host,
+        check: NameCheck,
+        addrs: Vec<SocketAddr>,
+        local: &[IpAddr],
+    ) -> Result<Vec<SocketAddr>, String> {
         let mut refused = Vec::new();
         let mut kept = Vec::new();
         for a in addrs {
-            match self.check_ip(a.ip(), a.port(), check) {
+            match self.check_ip_on(a.ip(), a.port(), check, local) {
                 Ok(()) => kept.push(a),
                 Err(why) => refused.push(why),
             }
@@ -220,3 +278,26 @@ impl Policy {
 
 #[cfg(test)]
 mod tests;
+
+/// The loopback address (`127.0.0.1` or `::1`, by the family of what
+/// `addr` reaches) when `addr` or one of its [`equivalents`] is among
+/// `local`, this machine's interface addresses, and is not loopback or
+/// unspecified already (those have their rules).
+fn own_loopback(addr: IpAddr, local: &[IpAddr]) -> Option<IpAddr> {
+    if local.is_empty() {
+        return None;
+    }
+    let eq = equivalents(addr);
+    if eq.iter().any(|a| a.is_loopback() || a.is_unspecified()) {
+        return None;
+    }
+    let hit = eq
+        .into_iter()
+        .find(|a| local.iter().any(|l| twins(*l).contains(a)))?;
+    Some(match hit {
+        IpAddr::V6(v6) if v6.to_ipv4_mapped().is_none() => {
+            IpAddr::V6(std::net::Ipv6Addr::LOCALHOST)
+        }
+        _ => IpAddr::V4(std::net::Ipv4Addr::LOCALHOST),
+    })
+}

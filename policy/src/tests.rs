@@ -349,3 +349,67 @@ proptest! {
         }
     }
 }
+
+/// An address of one of this machine's interfaces reaches the local host
+/// like loopback does, so it meets loopback's rules as well as its own
+/// (the red team of 2026-12-03, third round: `--allow '*:*' --deny
+/// internal` let a guest reach a service bound to `0.0.0.0` through the
+/// machine's `192.0.2.2`).
+#[test]
+fn this_machines_own_addresses_meet_the_loopback_rules() {
+    let local: Vec<IpAddr> = ["192.0.2.2", "fd00::2", "2001:db8::5", "127.0.0.1"]
+        .iter()
+        .map(|a| a.parse().unwrap())
+        .collect();
+    let on = |p: &Policy, text: &str| {
+        let h = host(text);
+        let check = p.check_name_on(&h, 80, &local)?;
+        let addr = h.ip().unwrap();
+        p.check_resolved_on(&h, check, vec![SocketAddr::new(addr, 80)], &local)
+    };
+    let own = [
+        "192.0.2.2",
+        "[::ffff:192.0.2.2]",
+        "0xc0.0.2.2",
+        "[2001:db8::5]",
+    ];
+    for rules in [
+        policy(&["*:*"], &["internal"]),
+        policy(&["*:*"], &["127.0.0.0/8:*", "[::1]/128:*"]),
+        policy(&["*:*"], &[]),
+    ] {
+        for text in own {
+            let why = on(&rules, text).unwrap_err();
+            assert!(why.contains("this host"), "{text}: {why}");
+            // Without the machine's addresses the policy cannot know.
+            assert!(decide(&rules, text, 80).is_ok(), "{text}");
+        }
+        // Other addresses are unaffected.
+        assert!(on(&rules, "93.184.215.14").is_ok());
+    }
+    // Admitted by a rule for loopback, for the address itself, or
+    // `internal`, as loopback is.
+    for allow in ["127.0.0.1:*", "192.0.2.2:*", "internal"] {
+        assert!(on(&policy(&[allow], &[]), "192.0.2.2").is_ok(), "{allow}");
+    }
+    assert!(on(&policy(&["[::1]:*"], &[]), "[2001:db8::5]").is_ok());
+    // A v4 loopback rule does not admit the machine's IPv6 address.
+    assert!(on(&policy(&["127.0.0.1:*"], &[]), "[2001:db8::5]").is_err());
+    // An exact-name rule admits what that name resolves to, as for
+    // internal addresses, unless a deny rule covers it.
+    let named = policy(&["myself.example:80"], &[]);
+    let h = host("myself.example");
+    let check = named.check_name_on(&h, 80, &local).unwrap();
+    assert!(
+        named
+            .check_resolved_on(&h, check, vec!["192.0.2.2:80".parse().unwrap()], &local)
+            .is_ok()
+    );
+    let p = policy(&["myself.example:80"], &["internal"]);
+    let h = host("myself.example");
+    let check = p.check_name_on(&h, 80, &local).unwrap();
+    let err = p
+        .check_resolved_on(&h, check, vec!["192.0.2.2:80".parse().unwrap()], &local)
+        .unwrap_err();
+    assert!(err.contains("denied by rule `internal`"), "{err}");
+}

@@ -276,6 +276,7 @@ async fn run_case(name: &str, p: &Peer) -> Outcome {
         "readiness.only-ready-reported" => readiness_only_ready_reported(p).await,
         "readiness.drop-registered" => readiness_drop_registered(p).await,
         "readiness.set-full" => readiness_set_full().await,
+        "readiness.connect-results" => readiness_connect_results(p).await,
         "byte-stream.echo" => tcp_echo(p).await,
         "byte-stream.half-close" => tcp_half_close(p).await,
         "byte-stream.large-in-order" => tcp_large(p).await,
@@ -1936,6 +1937,71 @@ async fn readiness_drop_registered(p: &Peer) -> Outcome {
     drop(listener);
     b.close_and_drain(1000, "").await?;
     Ok("a dropped stream's and listener's calls cancel cleanly; the rest go on".into())
+}
+
+/// A pending connect of [`readiness_connect_results`]: its key, and the
+/// stream (WebSocket) or nothing (TCP), or the error.
+type Connecting<'a> = Pin<Box<dyn Future<Output = (u64, Result<Option<Ws>, ErrorCode>)> + 'a>>;
+
+/// The p3 variant of connects in the readiness set: pending connect calls
+/// in one waitable set; each completes once, with its stream or its error
+/// (a refused connect too), and a cancelled one never does.
+async fn readiness_connect_results(p: &Peer) -> Outcome {
+    let (ws_url, echo, closed) = (p.ws("/echo"), p.addr("tcp-echo"), p.addr("closed"));
+    let mut cancelled = Box::pin(tcp::connect(echo.to_string()));
+    let cancelled_at_once = start(&mut cancelled).await.is_some();
+    drop(cancelled);
+    let mut set: FuturesUnordered<Connecting<'_>> = FuturesUnordered::new();
+    set.push(Box::pin(async move {
+        (
+            1,
+            websocket::connect(ws_url, options(&[]))
+                .await
+                .map(|s| Some(Ws(s))),
+        )
+    }));
+    set.push(Box::pin(async move {
+        (2, tcp::connect(echo.to_string()).await.map(|_| None))
+    }));
+    set.push(Box::pin(async move {
+        (3, tcp::connect(closed.to_string()).await.map(|_| None))
+    }));
+    let mut seen = Vec::new();
+    let mut stream = None;
+    while seen.len() < 3 {
+        let k = match within(p, &mut set.next(), 2000).await? {
+            Some(Some((1, Ok(ws)))) => {
+                stream = ws;
+                1
+            }
+            Some(Some((2, Ok(_)))) => 2,
+            Some(Some((3, Err(ErrorCode::ConnectionRefused(_))))) => 3,
+            Some(Some((k, other))) => {
+                return Err(format!("connect {k} gave {:?}", other.map(|_| ())));
+            }
+            Some(None) | None => {
+                return Err(format!("only {seen:?} of 3 connects completed within 2 s"));
+            }
+        };
+        ensure!(!seen.contains(&k), "connect {k} completed twice");
+        seen.push(k);
+    }
+    ensure!(set.is_empty(), "{} connects still pending", set.len());
+    let ws = stream.ok_or("the websocket connect gave no stream")?;
+    ws.send(&Message::Text("after".into())).await?;
+    match ws.recv().await? {
+        m if same(&m, &Message::Text("after".into())) => {}
+        m => return Err(format!("the connect's stream echoed {}", show(&m))),
+    }
+    ws.close_and_drain(1000, "").await?;
+    Ok(format!(
+        "connects (ok, refused) completed once each; a cancelled one {}",
+        if cancelled_at_once {
+            "had completed at once"
+        } else {
+            "never completed"
+        }
+    ))
 }
 
 /// The p3 variant of a full set: the host bounds the calls one guest has
