@@ -10,7 +10,7 @@
 //! Sources: JMUX spec, "Messages", "Windows and packet sizes", "Channel life
 //! cycle" and "Known weak points of the reference (do better)".
 
-use std::collections::{BTreeSet, VecDeque};
+use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::time::{Duration, Instant};
 
 use bytes::{Buf, BytesMut};
@@ -346,14 +346,23 @@ pub struct Session {
     /// receive budget: [`MIN_WINDOW`] or one maximum-size DATA payload,
     /// whichever is larger (or the whole `initial_window` if smaller).
     window_floor: u64,
-    /// Some channel's WINDOW ADJUST waits for room in the receive budget.
+    /// Some channel's WINDOW ADJUST waits for room in the receive budget
+    /// (`waiting` is not empty).
     credit_waiting: bool,
+    /// The channels whose last grant was cut short by the receive budget
+    /// (the ones [`Session::grant_waiting`] retries), so a retry costs
+    /// O(channels it serves), not O(channels).
+    waiting: BTreeSet<u32>,
     /// Where the next retry of waiting grants starts (round robin).
     grant_cursor: usize,
     /// What the receive budget bounds, kept up to date: the sum of
     /// [`Channel::exposure`] over all channels.
     exposure: u64,
     channels: Vec<Option<Channel>>,
+    /// How many live channels use each of the peer's sender ids (channels
+    /// in `Requested` or `Open` whose CLOSE has not come: [`counts_remote`]),
+    /// so the duplicate-id check on OPEN is O(1); it walked every channel.
+    remote_ids: HashMap<u32, u32>,
     /// Free ids below `channels.len()`.
     free_ids: BTreeSet<u32>,
     live: u32,
@@ -421,9 +430,11 @@ impl Session {
             adjust_threshold,
             window_floor,
             credit_waiting: false,
+            waiting: BTreeSet::new(),
             grant_cursor: 0,
             exposure: 0,
             channels: Vec::new(),
+            remote_ids: HashMap::new(),
             free_ids: BTreeSet::new(),
             live: 0,
             decoder: Decoder::with_max_message_size(config.max_message_size),
@@ -503,6 +514,11 @@ impl Session {
         self.forget_open_deadline(id);
         self.peer_closed.remove(&id.0);
         if let Some(ch) = self.channels[id.0 as usize].take() {
+            self.waiting.remove(&id.0);
+            self.credit_waiting = !self.waiting.is_empty();
+            if counts_remote(&ch) {
+                self.remote_gone(ch.remote_id);
+            }
             self.exposure -= ch.exposure();
             self.live -= 1;
             self.free_ids.insert(id.0);
@@ -518,6 +534,19 @@ impl Session {
             let last = (self.channels.len() - 1) as u32;
             self.channels.pop();
             self.free_ids.remove(&last);
+        }
+    }
+
+    /// A channel stopped using the peer's sender id `remote` (its CLOSE
+    /// came, or it was freed while live): one less in [`Session::remote_ids`].
+    fn remote_gone(&mut self, remote: u32) {
+        if let std::collections::hash_map::Entry::Occupied(mut e) = self.remote_ids.entry(remote) {
+            *e.get_mut() -= 1;
+            if *e.get() == 0 {
+                e.remove();
+            }
+        } else {
+            debug_assert!(false, "remote id {remote} was not counted");
         }
     }
 
@@ -954,6 +983,10 @@ impl Session {
     /// Source: JMUX spec, "Windows and packet sizes".
     fn grant(&mut self, id: ChannelId) {
         let floor = self.window_floor;
+        // Back on the waiting list below if the budget cuts this grant short.
+        if self.waiting.remove(&id.0) {
+            self.credit_waiting = !self.waiting.is_empty();
+        }
         let Some(ch) = self.get(id) else { return };
         if ch.phase != Phase::Open
             || ch.eof_received
@@ -977,6 +1010,7 @@ impl Session {
             .min(room.saturating_sub(grant));
         if grant < owed {
             self.credit_waiting = true;
+            self.waiting.insert(id.0);
         }
         grant = (grant + growth).min(u64::from(u32::MAX));
         if grant == 0 {
@@ -996,30 +1030,48 @@ impl Session {
     }
 
     /// Retries the WINDOW ADJUSTs that waited for room in the receive
-    /// budget, round robin from where the last retry stopped.
+    /// budget, round robin from where the last retry stopped, until the
+    /// budget has no room left: O(channels served), however many are open
+    /// (it walked every channel on every consume under budget pressure).
     fn grant_waiting(&mut self) {
         if self.budget_room() == 0 {
             // Only top-ups to the window floor could go out, and each
             // channel got those when it consumed.
             return;
         }
-        self.credit_waiting = false;
-        let n = self.channels.len();
-        let start = self.grant_cursor;
-        for k in 0..n {
-            let i = (start + k) % n;
-            if self.channels[i]
-                .as_ref()
-                .is_some_and(|ch| ch.rx_consumed > 0)
-            {
-                let before = self.exposure;
-                self.grant(ChannelId(i as u32));
-                if self.exposure > before {
-                    // The next retry starts after the last channel served.
-                    self.grant_cursor = i + 1;
+        let start = u32::try_from(self.grant_cursor).unwrap_or(u32::MAX);
+        let (mut from, mut wrapped) = (start, false);
+        loop {
+            let next = if wrapped {
+                self.waiting.range(from..start).next().copied()
+            } else {
+                self.waiting.range(from..).next().copied()
+            };
+            let Some(id) = next else {
+                if wrapped {
+                    break;
                 }
+                (from, wrapped) = (0, true);
+                continue;
+            };
+            // Each waiting channel once per retry (a grant cut short puts
+            // it back, behind `from`).
+            match id.checked_add(1) {
+                Some(after) => from = after,
+                None if wrapped => break,
+                None => (from, wrapped) = (0, true),
+            }
+            let before = self.exposure;
+            self.grant(ChannelId(id));
+            if self.exposure > before {
+                // The next retry starts after the last channel served.
+                self.grant_cursor = id as usize + 1;
+            }
+            if self.budget_room() == 0 {
+                break;
             }
         }
+        self.credit_waiting = !self.waiting.is_empty();
     }
 
     /// Copies up to `buf.len()` buffered bytes of a channel into `buf`,
@@ -1179,11 +1231,15 @@ impl Session {
         // The peer may reuse its id only once CLOSE went both ways (JMUX
         // spec, "Closing a Channel"); a second OPEN from an id still live
         // here would make two channels the peer cannot tell apart.
-        let duplicate = self.channels.iter().flatten().any(|ch| {
-            matches!(ch.phase, Phase::Requested | Phase::Open)
-                && ch.remote_id == remote_id
-                && !ch.close_received
-        });
+        let duplicate = self.remote_ids.contains_key(&remote_id);
+        debug_assert_eq!(
+            duplicate,
+            self.channels
+                .iter()
+                .flatten()
+                .any(|ch| counts_remote(ch) && ch.remote_id == remote_id),
+            "remote_ids out of step"
+        );
         if duplicate {
             self.stats.auto_rejected_opens += 1;
             self.queue(open_failure(
@@ -1198,10 +1254,13 @@ impl Session {
         ch.credit = u64::from(window);
         ch.max_send_payload = (usize::from(max_packet) - DATA_OVERHEAD).min(MAX_DATA_PAYLOAD);
         match self.alloc(ch) {
-            Some(id) => self.events.push_back(Event::OpenRequest {
-                id,
-                destination: Destination::parse(url),
-            }),
+            Some(id) => {
+                *self.remote_ids.entry(remote_id).or_default() += 1;
+                self.events.push_back(Event::OpenRequest {
+                    id,
+                    destination: Destination::parse(url),
+                });
+            }
             None => {
                 self.stats.auto_rejected_opens += 1;
                 self.queue(open_failure(
@@ -1216,14 +1275,20 @@ impl Session {
     fn on_open_success(&mut self, raw: u32, remote_id: u32, window: u32, max_packet: u16) {
         let id = ChannelId(raw);
         self.forget_open_deadline(id);
-        let Some(ch) = self.get_mut(id) else {
-            self.dropped(raw, MessageType::OpenSuccess, DropReason::UnknownChannel);
-            return;
+        let abandoned = match self.get(id).map(|ch| ch.phase) {
+            None => {
+                self.dropped(raw, MessageType::OpenSuccess, DropReason::UnknownChannel);
+                return;
+            }
+            Some(Phase::Opening { abandoned, .. }) => abandoned,
+            Some(_) => {
+                self.dropped(raw, MessageType::OpenSuccess, DropReason::UnexpectedInState);
+                return;
+            }
         };
-        let Phase::Opening { abandoned, .. } = ch.phase else {
-            self.dropped(raw, MessageType::OpenSuccess, DropReason::UnexpectedInState);
-            return;
-        };
+        // Open from here on, with the peer's id (no CLOSE can have come).
+        *self.remote_ids.entry(remote_id).or_default() += 1;
+        let ch = self.get_mut(id).expect("checked");
         ch.phase = Phase::Open;
         ch.remote_id = remote_id;
         ch.credit = u64::from(window);
@@ -1377,6 +1442,8 @@ impl Session {
             self.dropped(raw, MessageType::Close, DropReason::UnexpectedInState);
             return;
         }
+        let remote = self.get(id).expect("checked").remote_id;
+        self.remote_gone(remote);
         self.update_channel(id, |ch| ch.close_received = true);
         self.peer_closed.insert(id.0);
         let ch = self.get_mut(id).expect("checked");
@@ -1573,4 +1640,12 @@ fn open_failure(recipient_channel_id: u32, reason: ReasonCode, description: &str
         reason_code: reason,
         description: description[..end].to_owned(),
     }
+}
+
+/// Whether a channel holds the peer's sender id in the peer's view:
+/// requested by the peer or open, and its CLOSE has not come (JMUX spec,
+/// "Closing a Channel": the peer may reuse an id only once CLOSE went both
+/// ways). What [`Session::remote_ids`] counts.
+fn counts_remote(ch: &Channel) -> bool {
+    matches!(ch.phase, Phase::Requested | Phase::Open) && !ch.close_received
 }
