@@ -383,7 +383,8 @@ export class Policy {
   /**
    * Decides one address; throws the reason string. `local`: this
    * machine's interface addresses; one of them reaches the local host, so
-   * it meets loopback's rules as well as its own (`check_ip_on` in
+   * loopback's deny rules apply to it and a wildcard does not reach it;
+   * a rule for itself or `internal` admits it (`check_ip_on` in
    * policy/src/lib.rs).
    */
   checkIp(addr, port, check, local = []) {
@@ -400,7 +401,10 @@ export class Policy {
       }
     }
     if (check === NameCheck.Named) return;
-    if (this.allow.some((r) => r.namesAddresses() && (r.matchesIp(addr, port) || (own && r.matchesIp(own, port))))) return;
+    // An own address: a rule for itself or `internal` admits it, a
+    // loopback rule does not (it would open the other interfaces).
+    const admits = (r) => r.matchesIp(addr, port) || (own && r.kind === "internal" && r.portOk(port));
+    if (this.allow.some((r) => r.namesAddresses() && admits(r))) return;
     const wildcard = check === NameCheck.Wildcard || this.allow.some((r) => r.kind === "any" && r.portOk(port));
     const range = internalRange(addr);
     if (wildcard && !range && !own) return;

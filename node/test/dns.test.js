@@ -78,10 +78,22 @@ test("a host's places are the smaller of its two lookup limits", () => {
   assert.equal(lookupPlaces(small).max, 3);
 });
 
-test("libuv's pool gets the lookup places plus 4 threads, from the host options only", () => {
+test("libuv's pool starts with the lookup places plus 4 threads, from the host options only", () => {
   const poolSize = new URL("../src/pool-size.js", import.meta.url).href;
   const script = join(mkdtempSync(join(tmpdir(), "tether-pool-")), "print.mjs");
-  writeFileSync(script, `await import(${JSON.stringify(poolSize)});\nconsole.log(process.env.UV_THREADPOOL_SIZE);\n`);
+  // Imports pool-size.js first (as tether-node.mjs does), then makes the
+  // pool start (40 reads at once) and counts its threads (libuv names
+  // them `libuv-worker`): the variable must be set before the pool starts.
+  writeFileSync(
+    script,
+    `await import(${JSON.stringify(poolSize)});
+const { readFile } = await import("node:fs/promises");
+const { readdirSync, readFileSync } = await import("node:fs");
+await Promise.all(Array.from({ length: 40 }, () => readFile("/proc/self/status")));
+const names = readdirSync("/proc/self/task").map((t) => readFileSync(\`/proc/self/task/\${t}/comm\`, "utf8").trim());
+console.log(String(names.filter((n) => n.startsWith("libuv")).length));
+`,
+  );
   const env = { ...process.env };
   delete env.UV_THREADPOOL_SIZE;
   // As tether-node's command line: run GUEST [HOST OPTIONS] [-- GUEST ARGS].

@@ -207,9 +207,16 @@ test("this machine's own addresses meet the loopback rules", () => {
     }
     ok(on(rules, "93.184.215.14"), "another address");
   }
-  for (const allow of ["127.0.0.1:*", "192.0.2.2:*", "internal"]) ok(on(policy([allow]), "192.0.2.2"), allow);
-  ok(on(policy(["[::1]:*"]), "[2001:db8::5]"), "::1 rule");
-  err(on(policy(["127.0.0.1:*"]), "[2001:db8::5]"), "a v4 loopback rule, the v6 address");
+  for (const allow of ["192.0.2.2:*", "192.0.2.0/24:*", "internal"]) ok(on(policy([allow]), "192.0.2.2"), allow);
+  ok(on(policy(["[2001:db8::5]:*"]), "[2001:db8::5]"), "its own rule");
+  for (const [allow, text] of [
+    ["127.0.0.1:*", "192.0.2.2"],
+    ["127.0.0.0/8:*", "192.0.2.2"],
+    ["[::1]:*", "[2001:db8::5]"],
+  ]) {
+    err(on(policy([allow]), text), `${allow} does not open ${text}`);
+  }
+  assert.match(err(on(policy(["192.0.2.2:*"], ["127.0.0.0/8:*"]), "192.0.2.2"), "loopback deny"), /this host/);
   const named = policy(["myself.example:80"]);
   const h = host("myself.example");
   const check = named.checkName(h, 80, local);

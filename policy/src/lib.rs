@@ -148,10 +148,12 @@ impl Policy {
     /// addresses `local` (a host's `getifaddrs`; empty where unknown, as in
     /// a guest). A connect to one of them reaches this machine just as
     /// loopback does, so such an address also meets the rules of the
-    /// loopback address of its family (`127.0.0.1`, `::1`): a deny rule or
-    /// `internal` that matches loopback denies it, an allow rule for
-    /// loopback or for the address itself admits it, and a wildcard allow
-    /// does not reach it (it is internal). Without this, `--allow '*:*'
+    /// loopback address of its family (`127.0.0.1`, `::1`) on the deny
+    /// side: a deny rule or `internal` that matches loopback denies it, and
+    /// a wildcard allow does not reach it (it is internal). It is admitted
+    /// by an allow rule for the address itself (IP or CIDR) or by
+    /// `internal`, not by one for loopback (that would open services bound
+    /// only to the other interfaces). Without this, `--allow '*:*'
     /// --deny internal` let a guest reach services bound to `0.0.0.0` on
     /// the host through its public address (the red team of 2026-12-03,
     /// third round).
@@ -187,9 +189,16 @@ impl Policy {
         if check == NameCheck::Named {
             return Ok(());
         }
+        // An own address is admitted by a rule for the address itself or
+        // by `internal`, not by a loopback rule: `--allow 127.0.0.1:8080`
+        // must not open the services bound to the machine's other
+        // interfaces.
         if self.allow.iter().any(|r| {
             r.names_addresses()
-                && (r.matches_ip(addr, port) || own.is_some_and(|lo| r.matches_ip(lo, port)))
+                && (r.matches_ip(addr, port)
+                    || (own.is_some()
+                        && *r.host() == HostPattern::Internal
+                        && r.ports().contains(port)))
         }) {
             return Ok(());
         }

@@ -387,14 +387,22 @@ fn this_machines_own_addresses_meet_the_loopback_rules() {
         // Other addresses are unaffected.
         assert!(on(&rules, "93.184.215.14").is_ok());
     }
-    // Admitted by a rule for loopback, for the address itself, or
-    // `internal`, as loopback is.
-    for allow in ["127.0.0.1:*", "192.0.2.2:*", "internal"] {
+    // Admitted by a rule for the address itself or `internal`; a rule for
+    // loopback does not open the machine's other interfaces.
+    for allow in ["192.0.2.2:*", "192.0.2.0/24:*", "internal"] {
         assert!(on(&policy(&[allow], &[]), "192.0.2.2").is_ok(), "{allow}");
     }
-    assert!(on(&policy(&["[::1]:*"], &[]), "[2001:db8::5]").is_ok());
-    // A v4 loopback rule does not admit the machine's IPv6 address.
-    assert!(on(&policy(&["127.0.0.1:*"], &[]), "[2001:db8::5]").is_err());
+    assert!(on(&policy(&["[2001:db8::5]:*"], &[]), "[2001:db8::5]").is_ok());
+    for (allow, text) in [
+        ("127.0.0.1:*", "192.0.2.2"),
+        ("127.0.0.0/8:*", "192.0.2.2"),
+        ("[::1]:*", "[2001:db8::5]"),
+    ] {
+        assert!(on(&policy(&[allow], &[]), text).is_err(), "{allow} {text}");
+    }
+    // But a loopback deny beats an allow of the address itself.
+    let p = policy(&["192.0.2.2:*"], &["127.0.0.0/8:*"]);
+    assert!(on(&p, "192.0.2.2").unwrap_err().contains("this host"));
     // An exact-name rule admits what that name resolves to, as for
     // internal addresses, unless a deny rule covers it.
     let named = policy(&["myself.example:80"], &[]);

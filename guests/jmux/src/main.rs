@@ -83,6 +83,11 @@ const HOST_TIMER_RESOLUTION: std::time::Duration = std::time::Duration::from_mil
 const CLOSE_PROTOCOL_ERROR: u16 = 4002;
 /// Ready registrations taken from the readiness set per wake-up.
 const TAKE_READY: u32 = 256;
+/// Busy turns (no sleep, so no look at the readiness set) after which the
+/// loop takes what the set has without sleeping: a loop kept busy by one
+/// bulk channel or by a flood of pipe input still serves ended connects,
+/// new clients and the other channels.
+const SET_CHECK_TURNS: u32 = 16;
 /// Log lines a peer or a client can cause, per kind ([`LogBudget`]):
 /// at most [`LOG_BURST`] per this long. Messages the session dropped
 /// (unknown channel ids) get one line per interval, with a count: a peer
@@ -172,6 +177,7 @@ fn run(args: ProxyArgs, poll_all: bool) -> Result<(), String> {
         connects: Vec::new(),
         free_connects: Vec::new(),
         ready_connects: Vec::new(),
+        busy_turns: 0,
         log_dropped: LogBudget::new(LOG_INTERVAL, 1),
         log_refused: LogBudget::new(LOG_INTERVAL, LOG_BURST),
         log_clients: LogBudget::new(LOG_INTERVAL, LOG_BURST),
@@ -504,6 +510,8 @@ struct Proxy {
     free_connects: Vec<usize>,
     /// Slots whose connect was reported ended, each once.
     ready_connects: Vec<usize>,
+    /// Turns since the last look at the readiness set ([`SET_CHECK_TURNS`]).
+    busy_turns: u32,
     /// Lines about messages the session dropped (one per interval).
     log_dropped: LogBudget,
     /// Lines about OPENs refused (by us or by the peer).
@@ -695,14 +703,9 @@ impl Proxy {
             self.wait_poll_all();
             return Ok(());
         }
+        self.busy_turns = 0;
         loop {
-            let ready = self.set.take_ready(TAKE_READY);
-            if !ready.is_empty() {
-                for (key, interest) in ready {
-                    if let Some(wake) = Wake::from_key(key, interest) {
-                        self.on_wake(wake);
-                    }
-                }
+            if self.take_ready() {
                 return Ok(());
             }
             let list: Vec<&Pollable> = [Some(&self.set_ready), self.timer.as_ref().map(|(_, t)| t)]
@@ -715,6 +718,19 @@ impl Proxy {
                 return Ok(());
             }
         }
+    }
+
+    /// Takes what the readiness set has ready, without waiting; whether
+    /// there was anything.
+    fn take_ready(&mut self) -> bool {
+        let ready = self.set.take_ready(TAKE_READY);
+        let any = !ready.is_empty();
+        for (key, interest) in ready {
+            if let Some(wake) = Wake::from_key(key, interest) {
+                self.on_wake(wake);
+            }
+        }
+        any
     }
 
     /// The old loop's sleep (`--poll-all`): every pollable the loop could
@@ -817,6 +833,11 @@ impl Proxy {
                 !self.pipe_blocked
             };
             if busy {
+                self.busy_turns += 1;
+                if self.busy_turns >= SET_CHECK_TURNS && !self.poll_all {
+                    self.busy_turns = 0;
+                    self.take_ready();
+                }
                 continue;
             }
             // Sleep until I/O, the session's deadline or a handshake's.

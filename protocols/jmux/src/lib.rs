@@ -44,6 +44,11 @@
 //!     session.advance_transmit(out.len());
 //!     assert_eq!(out[0], 100); // OPEN
 //! }
+//! // Input paused (too many events or answers waiting) goes on once they
+//! // were taken: then handle the new events; read the pipe only while
+//! // `wants_input()`.
+//! session.resume_input(now).unwrap();
+//! assert!(session.wants_input());
 //! // Sleep until I/O or this deadline, then poll_flush_busy / handle_timeout.
 //! let _wake_at = session.next_deadline();
 //! # let _ = id;
