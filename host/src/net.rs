@@ -438,6 +438,31 @@ mod tests {
         });
     }
 
+    /// Every address of this machine is in [`local_addresses`], IPv6
+    /// link-local ones included (the kernel's own list,
+    /// `/proc/net/if_inet6`): `if-addrs` drops `fe80::/10` unless asked,
+    /// and a guest then reached the host through its link-local address
+    /// with loopback denied (the red team of 2026-12-03, fourth round).
+    #[test]
+    fn local_addresses_include_every_ipv6_address_of_the_machine() {
+        let text = std::fs::read_to_string("/proc/net/if_inet6").expect("/proc/net/if_inet6");
+        let kernel: Vec<IpAddr> = text
+            .lines()
+            .filter_map(|l| l.split_whitespace().next())
+            .map(|hex| IpAddr::V6(u128::from_str_radix(hex, 16).expect("hex address").into()))
+            .collect();
+        assert!(
+            kernel
+                .iter()
+                .any(|a| matches!(a, IpAddr::V6(v6) if v6.is_unicast_link_local())),
+            "no link-local address on this machine: {kernel:?}"
+        );
+        let ours = local_addresses();
+        for a in &kernel {
+            assert!(ours.contains(a), "{a} is missing from {ours:?}");
+        }
+    }
+
     /// Lookups a resolver never answers hold at most `max_dns_lookups`
     /// threads: callers past the bound wait (and give up at their timeout)
     /// without starting a lookup, and a caller that gives up while its

@@ -84,13 +84,33 @@ export class LookupPlaces {
   }
 
   /**
-   * Runs `lookup()` in a place, waiting for one if all are taken. When the
-   * turn comes and `gone()` is true, the place passes on and `undefined`
-   * is returned without calling `lookup`.
+   * Runs `lookup()` in a place, waiting for one if all are taken, at most
+   * `waitMs` (the connect's time left): a waiter whose connect timed out
+   * leaves the queue then, as the Rust host's does, instead of taking a
+   * place later and starting a lookup nobody waits for (the red team of
+   * 2026-12-03, fourth round: 1,000 such waiters made Node send 92-156
+   * resolver queries where Rust sent 64, and a later name waited 8.6 s
+   * after the attack). When the turn comes and `gone()` is true, the place
+   * passes on. Either way `undefined` is returned without a lookup.
    */
-  async run(lookup, gone = () => false) {
-    if (this.used < this.max) this.used++;
-    else await new Promise((resolve) => this.waiting.push(resolve));
+  async run(lookup, gone = () => false, waitMs = Infinity) {
+    if (this.used < this.max) {
+      this.used++;
+    } else {
+      const got = await new Promise((resolve) => {
+        const waiter = { resolve, timer: null };
+        if (Number.isFinite(waitMs)) {
+          waiter.timer = setTimeout(() => {
+            const i = this.waiting.indexOf(waiter);
+            if (i >= 0) this.waiting.splice(i, 1);
+            resolve(false);
+          }, Math.max(0, waitMs));
+          waiter.timer.unref?.();
+        }
+        this.waiting.push(waiter);
+      });
+      if (!got) return undefined;
+    }
     // Here the place is ours (taken, or handed over by `release`).
     if (gone()) {
       this.release();
@@ -105,8 +125,12 @@ export class LookupPlaces {
 
   release() {
     const next = this.waiting.shift();
-    if (next) next();
-    else this.used--;
+    if (next) {
+      clearTimeout(next.timer);
+      next.resolve(true);
+    } else {
+      this.used--;
+    }
   }
 }
 
@@ -119,18 +143,19 @@ export function lookupPlaces(host) {
 
 /**
  * Resolves and filters: the [{ip, port, text}] the guest may dial, in
- * order, looking names up in one of `places` ([LookupPlaces]). `gone()`
- * says the connect ended while the lookup waited for a place (then the
- * result is an empty list). Rejects with `dns-failure` or `denied`.
+ * order, looking names up in one of `places` ([LookupPlaces]), waiting
+ * for one at most `waitMs`. `gone()` says the connect ended while the
+ * lookup waited for a place (then, or when the wait ran out, the result
+ * is an empty list). Rejects with `dns-failure` or `denied`.
  */
-export async function resolveAllowed(policy, host, check, port, places, gone) {
+export async function resolveAllowed(policy, host, check, port, places, gone, waitMs = Infinity) {
   let ips;
   if (host.ip) {
     ips = [host.ip];
   } else {
     let found;
     try {
-      found = await places.run(() => lookup(host.name, { all: true, verbatim: true }), gone);
+      found = await places.run(() => lookup(host.name, { all: true, verbatim: true }), gone, waitMs);
     } catch (e) {
       throw fromNodeError(e);
     }

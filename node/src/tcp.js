@@ -181,8 +181,15 @@ function connect(host, address) {
     }, host.limits.connectTimeoutMs);
     try {
       const gone = () => fut.dropped || fut.result !== null;
-      const addrs = await resolveAllowed(host.policy, parsed, check, port, lookupPlaces(host), gone);
+      const places = lookupPlaces(host);
+      const addrs = await resolveAllowed(host.policy, parsed, check, port, places, gone, host.limits.connectTimeoutMs);
       if (gone()) return;
+      if (addrs.length === 0) {
+        // The wait for a lookup place ran out: the connect's time is up.
+        clearTimeout(timer);
+        fut.settle({ tag: "err", val: E.timeout() });
+        return;
+      }
       const sock = net.connect({ host: addrs[0].text, port, noDelay: true });
       fut.sock = sock;
       sock.once("connect", () => {

@@ -437,7 +437,8 @@ function connect(host, url, options) {
     const gone = () => late || fut.dropped;
     try {
       const places = lookupPlaces(host);
-      addrs = await Promise.race([resolveAllowed(host.policy, parsed, check, port, places, gone), deadline]);
+      const wait = host.limits.connectTimeoutMs;
+      addrs = await Promise.race([resolveAllowed(host.policy, parsed, check, port, places, gone, wait), deadline]);
     } catch (e) {
       fut.settle({ tag: "err", val: e.tag ? e : fromNodeError(e) });
       return;

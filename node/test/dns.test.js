@@ -64,6 +64,22 @@ test("a waiter whose connect ended gives its turn away without looking up", asyn
   assert.equal(places.used, 0);
 });
 
+test("a waiter leaves the queue when its wait runs out, and its place goes to nobody", async () => {
+  const places = new LookupPlaces(1);
+  const started = [];
+  const first = pending(started, "first");
+  const r1 = places.run(first.run);
+  const t0 = performance.now();
+  const late = await places.run(pending(started, "late").run, () => false, 30);
+  assert.equal(late, undefined);
+  assert.ok(performance.now() - t0 >= 25, "left only at its deadline");
+  assert.equal(places.waiting.length, 0, "out of the queue");
+  first.finish(["x"]);
+  await r1;
+  assert.equal(places.used, 0);
+  assert.deepEqual(started, ["first"], "the late waiter never looked up");
+});
+
 test("a failing lookup gives its place back", async () => {
   const places = new LookupPlaces(1);
   await assert.rejects(places.run(() => Promise.reject(new Error("ENOTFOUND"))));

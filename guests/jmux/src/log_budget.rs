@@ -1,9 +1,16 @@
-//! Log lines a peer or a client can cause, at a bounded rate: a hostile
-//! peer must not be able to write a line per message it sends (the red
-//! teams of 2026-12-03: a line per dropped message, then a line per
-//! refused OPEN, 14,336 lines and 1.8 MB for 50,000 OPENs).
+//! Log lines a peer or a client can cause, at a bounded rate and in a
+//! bounded, printable form: a hostile peer must not be able to write a
+//! line per message it sends (the red teams of 2026-12-03: a line per
+//! dropped message, then a line per refused OPEN, 14,336 lines and 1.8 MB
+//! for 50,000 OPENs), nor forge lines or write 57 KB ones with the target
+//! names it sends (the fourth round).
 
+use std::fmt::Write;
 use std::time::{Duration, Instant};
+
+/// Longest line written, in characters: a peer's 60 KB target name is
+/// cut here.
+pub const MAX_LINE_CHARS: usize = 512;
 
 /// Lines of one kind: at most `burst` per `interval`; the first line after
 /// a quiet spell says how many were left out.
@@ -45,6 +52,27 @@ impl LogBudget {
             0 => String::new(),
             n => format!(" ({n} more like it not logged)"),
         };
-        eprintln!("jmux: {}{note}", line());
+        eprintln!("jmux: {}{note}", printable(&line()));
     }
+}
+
+/// `text` as one log line: control characters (newlines, CR, NUL, ANSI
+/// escapes) escaped as `\n`, `\u{1b}`, ... so a peer's target name cannot
+/// forge lines or drive the terminal, and cut at [`MAX_LINE_CHARS`]
+/// characters with a note of how many were left out.
+pub fn printable(text: &str) -> String {
+    let mut out = String::with_capacity(text.len().min(MAX_LINE_CHARS + 32));
+    for (chars, c) in text.chars().enumerate() {
+        if chars >= MAX_LINE_CHARS {
+            let rest = text.chars().count() - chars;
+            let _ = write!(out, "... ({rest} more characters)");
+            break;
+        }
+        if c.is_control() {
+            let _ = write!(out, "{}", c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    out
 }

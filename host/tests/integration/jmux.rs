@@ -1851,8 +1851,11 @@ fn answers_past_the_output_buffer_go_out_and_dropped_messages_log_at_a_bounded_r
 /// 1,000 OPENs to a target outside the guest's `--allow` rules: each is
 /// answered with OPEN FAILURE (reason 2, not allowed by the rule set), and
 /// the guest logs at most `LOG_BURST` (10) lines about them per 10 s, not
-/// one per OPEN. (The red team of 2026-12-03, fourth round: 50,000 such
-/// OPENs wrote 14,336 lines, 1.8 MB.)
+/// one per OPEN. (The red team of 2026-12-03, third round: 50,000 such
+/// OPENs wrote 14,336 lines, 1.8 MB.) A target name with a newline and a
+/// forged log line in it, 20,000 characters long, is logged on one line,
+/// escaped and cut (the fourth round: it wrote the forged line as its own,
+/// and lines of 57 KB).
 #[test]
 fn refused_opens_are_logged_at_a_bounded_rate() {
     const OPENS: u32 = 1000;
@@ -1861,11 +1864,17 @@ fn refused_opens_are_logged_at_a_bounded_rate() {
     let rt = current_thread();
     rt.block_on(async {
         let mut peer = RawPeer::connect(port).await;
+        let forged = format!("tcp://x\njmux: forged line\n{}:9", "a".repeat(20_000));
+        peer.send(&open(OPENS, &forged)).await;
         peer.send_all((0..OPENS).map(|i| open(i, "tcp://127.0.0.1:2")))
             .await;
         let mut answered = 0;
-        while answered < OPENS {
+        while answered <= OPENS {
             match peer.next().await.expect("session alive") {
+                Message::OpenFailure {
+                    recipient_channel_id: OPENS,
+                    ..
+                } => answered += 1,
                 Message::OpenFailure { reason_code, .. } => {
                     assert_eq!(reason_code, ReasonCode::NotAllowedByRuleSet);
                     answered += 1;
@@ -1884,6 +1893,18 @@ fn refused_opens_are_logged_at_a_bounded_rate() {
         (1..=10).contains(&lines),
         "{lines} lines about {OPENS} refused OPENs:\n{}",
         log.lines().take(12).collect::<Vec<_>>().join("\n")
+    );
+    assert!(
+        !log.lines().any(|l| l.starts_with("jmux: forged")),
+        "a peer forged a log line:\n{}",
+        log.lines().take(4).collect::<Vec<_>>().join("\n")
+    );
+    let longest = log.lines().map(str::len).max().unwrap_or(0);
+    assert!(longest < 1024, "a log line of {longest} bytes");
+    assert!(
+        log.contains("\\njmux: forged line\\n"),
+        "{}",
+        &log[..log.len().min(600)]
     );
 }
 
