@@ -346,9 +346,6 @@ pub struct Session {
     /// receive budget: [`MIN_WINDOW`] or one maximum-size DATA payload,
     /// whichever is larger (or the whole `initial_window` if smaller).
     window_floor: u64,
-    /// Some channel's WINDOW ADJUST waits for room in the receive budget
-    /// (`waiting` is not empty).
-    credit_waiting: bool,
     /// The channels whose last grant was cut short by the receive budget
     /// (the ones [`Session::grant_waiting`] retries), so a retry costs
     /// O(channels it serves), not O(channels).
@@ -429,7 +426,6 @@ impl Session {
         Ok(Self {
             adjust_threshold,
             window_floor,
-            credit_waiting: false,
             waiting: BTreeSet::new(),
             grant_cursor: 0,
             exposure: 0,
@@ -515,7 +511,6 @@ impl Session {
         self.peer_closed.remove(&id.0);
         if let Some(ch) = self.channels[id.0 as usize].take() {
             self.waiting.remove(&id.0);
-            self.credit_waiting = !self.waiting.is_empty();
             if counts_remote(&ch) {
                 self.remote_gone(ch.remote_id);
             }
@@ -525,7 +520,7 @@ impl Session {
             if ch.visible {
                 self.events.push_back(Event::Closed { id });
             }
-            if self.credit_waiting {
+            if !self.waiting.is_empty() {
                 self.grant_waiting();
             }
         }
@@ -558,7 +553,7 @@ impl Session {
             f(ch);
             let after = ch.exposure();
             self.exposure = self.exposure - before + after;
-            if after < before && self.credit_waiting {
+            if after < before && !self.waiting.is_empty() {
                 self.grant_waiting();
             }
         }
@@ -945,7 +940,7 @@ impl Session {
         ch.rx_consumed += n as u64;
         if n > 0 {
             self.grant(id);
-            if self.credit_waiting {
+            if !self.waiting.is_empty() {
                 self.grant_waiting();
             }
         }
@@ -978,15 +973,13 @@ impl Session {
     /// Queues a WINDOW ADJUST for `id` once more than its threshold of
     /// consumed bytes has accumulated, as far as the receive budget allows
     /// (a channel is always topped up to the window floor). Sets
-    /// `credit_waiting` when some of the grant has to wait.
+    /// the channel in `waiting` when some of the grant has to wait.
     ///
     /// Source: JMUX spec, "Windows and packet sizes".
     fn grant(&mut self, id: ChannelId) {
         let floor = self.window_floor;
         // Back on the waiting list below if the budget cuts this grant short.
-        if self.waiting.remove(&id.0) {
-            self.credit_waiting = !self.waiting.is_empty();
-        }
+        self.waiting.remove(&id.0);
         let Some(ch) = self.get(id) else { return };
         if ch.phase != Phase::Open
             || ch.eof_received
@@ -1009,7 +1002,6 @@ impl Session {
         let growth = (u64::from(self.config.initial_window).saturating_sub(ch.window_size))
             .min(room.saturating_sub(grant));
         if grant < owed {
-            self.credit_waiting = true;
             self.waiting.insert(id.0);
         }
         grant = (grant + growth).min(u64::from(u32::MAX));
@@ -1071,7 +1063,6 @@ impl Session {
                 break;
             }
         }
-        self.credit_waiting = !self.waiting.is_empty();
     }
 
     /// Copies up to `buf.len()` buffered bytes of a channel into `buf`,
