@@ -12,9 +12,13 @@ use std::time::{Duration, Instant};
 /// cut here.
 pub const MAX_LINE_CHARS: usize = 512;
 
-/// Lines of one kind: at most `burst` per `interval`; the first line after
-/// a quiet spell says how many were left out.
+/// Lines of one kind: at most `burst` per `interval`. How many were left
+/// out is said by the next line of the kind, or, if none comes, by a line
+/// of its own once the interval ends ([`LogBudget::flush`]), so a flood
+/// that stops is still counted.
 pub struct LogBudget {
+    /// What the lines are about, for the count line ("refused OPENs").
+    kind: &'static str,
     interval: Duration,
     burst: u32,
     /// Start of the current interval, and lines written in it.
@@ -24,9 +28,10 @@ pub struct LogBudget {
 }
 
 impl LogBudget {
-    /// At most `burst` lines per `interval`.
-    pub const fn new(interval: Duration, burst: u32) -> LogBudget {
+    /// At most `burst` lines about `kind` per `interval`.
+    pub const fn new(kind: &'static str, interval: Duration, burst: u32) -> LogBudget {
         LogBudget {
+            kind,
             interval,
             burst,
             window: None,
@@ -53,6 +58,29 @@ impl LogBudget {
             n => format!(" ({n} more like it not logged)"),
         };
         eprintln!("jmux: {}{note}", printable(&line()));
+    }
+
+    /// When lines were left out: the end of their interval, when
+    /// [`LogBudget::flush`] writes their count. `None` when none were.
+    pub fn deadline(&self) -> Option<Instant> {
+        match (self.suppressed, self.window) {
+            (0, _) | (_, None) => None,
+            (_, Some((start, _))) => Some(start + self.interval),
+        }
+    }
+
+    /// Once the interval of lines left out has ended at `now` with no
+    /// line of the kind since, writes their count and starts afresh.
+    pub fn flush(&mut self, now: Instant) {
+        if self.deadline().is_some_and(|d| now >= d) {
+            eprintln!(
+                "jmux: {} more {} not logged in the last {} s",
+                std::mem::take(&mut self.suppressed),
+                self.kind,
+                self.interval.as_secs()
+            );
+            self.window = None;
+        }
     }
 }
 

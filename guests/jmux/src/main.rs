@@ -178,9 +178,9 @@ fn run(args: ProxyArgs, poll_all: bool) -> Result<(), String> {
         free_connects: Vec::new(),
         ready_connects: Vec::new(),
         busy_turns: 0,
-        log_dropped: LogBudget::new(LOG_INTERVAL, 1),
-        log_refused: LogBudget::new(LOG_INTERVAL, LOG_BURST),
-        log_clients: LogBudget::new(LOG_INTERVAL, LOG_BURST),
+        log_dropped: LogBudget::new("messages for unknown channels", LOG_INTERVAL, 1),
+        log_refused: LogBudget::new("refused OPENs", LOG_INTERVAL, LOG_BURST),
+        log_clients: LogBudget::new("client and channel errors", LOG_INTERVAL, LOG_BURST),
         chans: Vec::new(),
         dirty: Vec::new(),
         dirty_spare: Vec::new(),
@@ -861,9 +861,17 @@ impl Proxy {
                     continue;
                 }
             }
+            // Lines left out of the log whose interval ended get their
+            // count now; a later one sets the timer.
+            let log_deadline = self.flush_logs(Instant::now());
             // A handshake deadline already past fires the timer at once;
             // the next turn closes it.
-            if let Some(d) = deadline.into_iter().chain(self.handshake_deadline()).min() {
+            if let Some(d) = deadline
+                .into_iter()
+                .chain(self.handshake_deadline())
+                .chain(log_deadline)
+                .min()
+            {
                 if self.timer.as_ref().is_none_or(|(at, _)| *at != d) {
                     let wait = d.saturating_duration_since(Instant::now());
                     let at = monotonic_clock::now().saturating_add(wait.as_nanos() as u64);
@@ -1274,6 +1282,23 @@ impl Proxy {
 
     /// The earliest handshake deadline (after [`Proxy::expire_handshakes`]:
     /// of a live handshake).
+    /// Writes the count of log lines left out whose interval ended by
+    /// `now` ([`LogBudget::flush`]); returns when the next such count is
+    /// due.
+    fn flush_logs(&mut self, now: Instant) -> Option<Instant> {
+        [
+            &mut self.log_dropped,
+            &mut self.log_refused,
+            &mut self.log_clients,
+        ]
+        .into_iter()
+        .filter_map(|budget| {
+            budget.flush(now);
+            budget.deadline()
+        })
+        .min()
+    }
+
     fn handshake_deadline(&self) -> Option<Instant> {
         self.handshake_deadlines.front().map(|&(d, _)| d)
     }

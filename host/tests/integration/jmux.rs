@@ -1855,7 +1855,10 @@ fn answers_past_the_output_buffer_go_out_and_dropped_messages_log_at_a_bounded_r
 /// OPENs wrote 14,336 lines, 1.8 MB.) A target name with a newline and a
 /// forged log line in it, 20,000 characters long, is logged on one line,
 /// escaped and cut (the fourth round: it wrote the forged line as its own,
-/// and lines of 57 KB).
+/// and lines of 57 KB). Once the 10 s interval has ended with no more
+/// refusals, one line counts the OPENs left out of the log (it was said
+/// only by the next refusal's line, so a flood that stopped was never
+/// summed up).
 #[test]
 fn refused_opens_are_logged_at_a_bounded_rate() {
     const OPENS: u32 = 1000;
@@ -1882,13 +1885,27 @@ fn refused_opens_are_logged_at_a_bounded_rate() {
                 other => panic!("unexpected {other:?}"),
             }
         }
+        // Past the end of the 10 s log interval the flood started.
+        tokio::time::sleep(Duration::from_secs(11)).await;
         peer.ws.close(None).await.unwrap();
     });
     let out = guest
         .wait(Duration::from_secs(10))
         .expect("the guest ends with its pipe");
     let log = String::from_utf8_lossy(&out.stderr);
-    let lines = log.lines().filter(|l| l.contains("refused OPEN")).count();
+    let count_line = format!(
+        "jmux: {} more refused OPENs not logged in the last 10 s",
+        OPENS + 1 - 10
+    );
+    assert!(
+        log.lines().any(|l| l == count_line),
+        "no line {count_line:?} in:\n{}",
+        log.lines().rev().take(4).collect::<Vec<_>>().join("\n")
+    );
+    let lines = log
+        .lines()
+        .filter(|l| l.contains("refused OPEN") && *l != count_line)
+        .count();
     assert!(
         (1..=10).contains(&lines),
         "{lines} lines about {OPENS} refused OPENs:\n{}",
@@ -1906,6 +1923,60 @@ fn refused_opens_are_logged_at_a_bounded_rate() {
         "{}",
         &log[..log.len().min(600)]
     );
+}
+
+/// OPENs the guest refuses (a target outside `--allow`) do not take the
+/// channels of the OPENs after them: 1,024 of them (`--max-channels`) and
+/// then one to an allowed echo server, in one WebSocket message. The
+/// session used to hold a channel for each OPEN from its decoding until
+/// the guest took the batch, so the last OPEN failed with "too many
+/// channels" (the red team of 2026-12-03, fourth round: any client of the
+/// far side's SOCKS5 or HTTP forward could do this to the others).
+#[test]
+fn refused_opens_leave_room_for_the_next_open_in_the_same_message() {
+    const REFUSED: u32 = 1024;
+    let runner = Arc::new(Runner::new(tunnel_config(), EngineKind::Cranelift).unwrap());
+    let echo = PeerRuntime::new().unwrap();
+    let echo_addr = echo.echo().unwrap();
+    let allow = echo_addr.to_string();
+    let (guest, port) = server_guest(&runner, &["--allow", &allow]);
+    let rt = current_thread();
+    rt.block_on(async {
+        let mut peer = RawPeer::connect(port).await;
+        peer.send_all(
+            (0..REFUSED)
+                .map(|i| open(i, "tcp://127.0.0.1:2"))
+                .chain([open(REFUSED, &format!("tcp://{echo_addr}"))]),
+        )
+        .await;
+        let (mut refused, mut opened) = (0, false);
+        while refused < REFUSED || !opened {
+            match peer.next().await.expect("session alive") {
+                Message::OpenSuccess {
+                    recipient_channel_id: REFUSED,
+                    ..
+                } => opened = true,
+                Message::OpenFailure {
+                    recipient_channel_id,
+                    reason_code,
+                    description,
+                } => {
+                    assert_ne!(recipient_channel_id, REFUSED, "{description}");
+                    assert_eq!(
+                        reason_code,
+                        ReasonCode::NotAllowedByRuleSet,
+                        "{description}"
+                    );
+                    refused += 1;
+                }
+                other => panic!("unexpected {other:?}"),
+            }
+        }
+        peer.ws.close(None).await.unwrap();
+    });
+    guest
+        .wait(Duration::from_secs(10))
+        .expect("the guest ends with its pipe");
 }
 
 /// One 32 MiB WebSocket message on the pipe, all 8-byte CLOSEs for

@@ -130,6 +130,17 @@ pub struct Config {
     /// message in guest memory, and stopped the JMUX guest at its memory
     /// limit (the red team of 2026-12-03, fourth round). Must be > 0.
     pub max_pending_events: usize,
+    /// Most [`Event::OpenRequest`]s waiting for [`Session::poll_event`]
+    /// (default 64). Past it, decoding pauses as for
+    /// [`Config::max_pending_events`]. An OPEN holds one of
+    /// [`Config::max_channels`] from its decoding until the driver rejects
+    /// it, so without this bound OPENs the driver will refuse (a target
+    /// outside its allow list) filled every channel before the driver saw
+    /// the first: 1,023 of them in one 36 KB write made the next OPEN fail
+    /// with "too many channels" (the red team of 2026-12-03, fourth
+    /// round). Now OPENs waiting for a decision hold at most this many.
+    /// Must be > 0.
+    pub max_pending_open_requests: usize,
     /// The coalescing sender's limits (64 KiB buffer, 16 KiB threshold,
     /// 50 us drain spacing, 1 ms backstop). `capacity` must be >= 1024.
     pub sender: SenderConfig,
@@ -147,6 +158,7 @@ impl Default for Config {
             open_timeout: None,
             max_control_backlog: 256 * 1024,
             max_pending_events: 4096,
+            max_pending_open_requests: 64,
             sender: SenderConfig::default(),
         }
     }
@@ -177,6 +189,9 @@ pub enum ConfigError {
     /// `max_pending_events` is 0.
     #[error("max_pending_events must be > 0")]
     ZeroPendingEvents,
+    /// `max_pending_open_requests` is 0.
+    #[error("max_pending_open_requests must be > 0")]
+    ZeroPendingOpenRequests,
 }
 
 /// Something the driver must act on, from [`Session::poll_event`]. Events for
@@ -374,6 +389,8 @@ pub struct Session {
     /// waits in the decoder.
     input_paused: bool,
     events: VecDeque<Event>,
+    /// [`Event::OpenRequest`]s in `events`.
+    pending_open_requests: usize,
     /// Channels whose `send_data` was cut short by output room.
     waiting_for_room: VecDeque<u32>,
     /// Open timeouts of our OPENs still waiting for an answer (not
@@ -414,6 +431,9 @@ impl Session {
         if config.max_pending_events == 0 {
             return Err(ConfigError::ZeroPendingEvents);
         }
+        if config.max_pending_open_requests == 0 {
+            return Err(ConfigError::ZeroPendingOpenRequests);
+        }
         let adjust_threshold = u64::from(
             config
                 .window_adjust_threshold
@@ -439,6 +459,7 @@ impl Session {
             control_bytes: 0,
             input_paused: false,
             events: VecDeque::new(),
+            pending_open_requests: 0,
             waiting_for_room: VecDeque::new(),
             open_deadlines: BTreeSet::new(),
             peer_closed: BTreeSet::new(),
@@ -1087,8 +1108,9 @@ impl Session {
     ///
     /// Decoding stops while control messages over
     /// [`Config::max_control_backlog`] wait for output room, or
-    /// [`Config::max_pending_events`] events wait for the driver (the rest
-    /// of the input stays buffered, [`Session::wants_input`] turns
+    /// [`Config::max_pending_events`] events (or
+    /// [`Config::max_pending_open_requests`] OPENs) wait for the driver
+    /// (the rest of the input stays buffered, [`Session::wants_input`] turns
     /// `false`); [`Session::resume_input`] goes on once the pipe took the
     /// answers and the driver the events.
     ///
@@ -1247,6 +1269,7 @@ impl Session {
         match self.alloc(ch) {
             Some(id) => {
                 *self.remote_ids.entry(remote_id).or_default() += 1;
+                self.pending_open_requests += 1;
                 self.events.push_back(Event::OpenRequest {
                     id,
                     destination: Destination::parse(url),
@@ -1497,7 +1520,11 @@ impl Session {
 
     /// The next event, in order; `None` when there is none.
     pub fn poll_event(&mut self) -> Option<Event> {
-        self.events.pop_front()
+        let event = self.events.pop_front();
+        if let Some(Event::OpenRequest { .. }) = event {
+            self.pending_open_requests -= 1;
+        }
+        event
     }
 
     // ----- output to the pipe ----------------------------------------------
@@ -1565,8 +1592,9 @@ impl Session {
 
     /// Whether the driver should read more input from the pipe: `false`
     /// while decoding is paused at [`Config::max_control_backlog`] (the
-    /// peer sends without reading our answers) or
-    /// [`Config::max_pending_events`]. Take the events, write the pipe,
+    /// peer sends without reading our answers),
+    /// [`Config::max_pending_events`] or
+    /// [`Config::max_pending_open_requests`]. Take the events, write the pipe,
     /// then call [`Session::resume_input`]; do not wait for pipe input
     /// meanwhile.
     pub fn wants_input(&self) -> bool {
@@ -1592,10 +1620,12 @@ impl Session {
 
     /// Whether decoding must wait: too many answers wait for output room
     /// ([`Config::max_control_backlog`]) or too many events for the
-    /// driver ([`Config::max_pending_events`]).
+    /// driver ([`Config::max_pending_events`],
+    /// [`Config::max_pending_open_requests`]).
     fn must_pause_input(&self) -> bool {
         self.control_bytes > self.config.max_control_backlog
             || self.events.len() >= self.config.max_pending_events
+            || self.pending_open_requests >= self.config.max_pending_open_requests
     }
 }
 

@@ -777,6 +777,70 @@ fn too_many_channels() {
     assert_eq!(h.s.stats().auto_rejected_opens, 1);
 }
 
+/// OPENs the driver refuses do not take the channels of OPENs after them
+/// in the same input: a peer's OPENs to a target outside the allow list,
+/// as many as `max_channels`, then one to an allowed target, all in one
+/// write, made the last fail with "too many channels" before the driver
+/// saw any of them (the red team of 2026-12-03, fourth round: 1,023 with
+/// one channel open). Decoding now pauses at `max_pending_open_requests`
+/// OPENs waiting for the driver.
+#[test]
+fn opens_the_driver_refuses_leave_room_for_the_next_open_in_the_same_input() {
+    let config = Config::default();
+    let refused = config.max_channels;
+    let mut h = Harness::new(config);
+    let mut opens: Vec<Message> = (0..refused)
+        .map(|i| Message::Open {
+            sender_channel_id: i,
+            initial_window_size: 100,
+            maximum_packet_size: 100,
+            destination_url: "tcp://denied.example:22".into(),
+        })
+        .collect();
+    opens.push(Message::Open {
+        sender_channel_id: refused,
+        initial_window_size: 100,
+        maximum_packet_size: 100,
+        destination_url: "tcp://allowed.example:80".into(),
+    });
+    h.feed(&opens).unwrap();
+    let (mut rejected, mut allowed, mut rounds) = (0, None, 0);
+    loop {
+        // A driver: decide every OPEN it was handed, write the answers,
+        // then let the session decode on.
+        for e in h.events() {
+            let Event::OpenRequest { id, destination } = e else {
+                panic!("{e:?}");
+            };
+            if destination.unwrap().host == "denied.example" {
+                h.s.reject(id, ReasonCode::NotAllowedByRuleSet, "denied")
+                    .unwrap();
+                rejected += 1;
+            } else {
+                allowed = Some(id);
+            }
+        }
+        h.output();
+        if h.s.wants_input() {
+            break;
+        }
+        h.s.resume_input(h.now).unwrap();
+        rounds += 1;
+        assert!(rounds <= 100, "no progress");
+    }
+    assert_eq!(rejected, refused);
+    assert_eq!(
+        h.s.stats().auto_rejected_opens,
+        0,
+        "an OPEN was refused for want of a channel"
+    );
+    assert!(
+        allowed.is_some(),
+        "the allowed OPEN never reached the driver"
+    );
+    assert!(rounds >= 15, "{rounds} rounds: decoding did not pause");
+}
+
 #[test]
 fn output_backpressure_then_writable() {
     let mut h = Harness::new(Config {
