@@ -387,10 +387,25 @@ impl GuestServer {
         aead: GuestAead,
         max: u64,
     ) -> anyhow::Result<GuestServer> {
+        GuestServer::start_with(runner, component, identity, options, aead, max, &[]).await
+    }
+
+    /// Like [`GuestServer::start`], with `extra` arguments for the guest
+    /// (e.g. `--max-connections N`).
+    pub async fn start_with(
+        runner: Arc<Runner>,
+        component: Component,
+        identity: &Identity,
+        options: &Options,
+        aead: GuestAead,
+        max: u64,
+        extra: &[&str],
+    ) -> anyhow::Result<GuestServer> {
         let addr = peer::free_local_addr()?;
         let mut args =
             peer::guest_server_args(["listen", &addr.to_string()], identity, options, max);
         args.extend(aead.args());
+        args.extend(extra.iter().map(|a| a.to_string()));
         let thread = std::thread::Builder::new()
             .name("quic-guest-server".into())
             .spawn(move || {

@@ -327,6 +327,12 @@ impl Link {
         self.conn.as_mut().map(|(_, c)| c)
     }
 
+    /// True once there is a connection: at once on a client link, on a
+    /// server link once the client's first datagram made one.
+    pub fn has_connection(&self) -> bool {
+        self.conn.is_some()
+    }
+
     /// True once the handshake completed.
     pub fn is_connected(&self) -> bool {
         self.connected_at.is_some()
