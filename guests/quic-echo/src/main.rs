@@ -519,23 +519,22 @@ impl<A: App> Loop<A> {
         } else {
             self.timer = None;
         }
+        // The set's pollable is ready at once while any registration is,
+        // so one `poll`, then one `take-ready`, per turn.
         let t0 = Instant::now();
-        let mut events = self.set.take_ready(READY_PER_TURN);
         let w = &mut self.wakeups;
-        if events.is_empty() {
-            let mut list: Vec<&Pollable> = vec![&self.ready];
-            if let Some((_, t)) = &self.timer {
-                list.push(t);
-            }
-            let ready = sdk::poll(&list);
-            w.blocked_ns += t0.elapsed().as_nanos() as u64;
-            w.total += 1;
-            if ready.contains(&1) {
-                w.timer += 1;
-                self.timer = None;
-            }
-            events = self.set.take_ready(READY_PER_TURN);
+        let mut list: Vec<&Pollable> = vec![&self.ready];
+        if let Some((_, t)) = &self.timer {
+            list.push(t);
         }
+        let ready = sdk::poll(&list);
+        w.blocked_ns += t0.elapsed().as_nanos() as u64;
+        w.total += 1;
+        if ready.contains(&1) {
+            w.timer += 1;
+            self.timer = None;
+        }
+        let events = self.set.take_ready(READY_PER_TURN);
         let (mut message, mut send, mut other) = (false, false, false);
         for (key, interest) in events {
             if key == LISTENER_KEY {
