@@ -1280,8 +1280,6 @@ impl Proxy {
         }
     }
 
-    /// The earliest handshake deadline (after [`Proxy::expire_handshakes`]:
-    /// of a live handshake).
     /// Writes the count of log lines left out whose interval ended by
     /// `now` ([`LogBudget::flush`]); returns when the next such count is
     /// due.
@@ -1299,6 +1297,8 @@ impl Proxy {
         .min()
     }
 
+    /// The earliest handshake deadline (after [`Proxy::expire_handshakes`]:
+    /// of a live handshake).
     fn handshake_deadline(&self) -> Option<Instant> {
         self.handshake_deadlines.front().map(|&(d, _)| d)
     }

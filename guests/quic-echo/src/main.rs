@@ -19,7 +19,8 @@
 //! connection (`listen`: each accepted message stream carries one; `--max`
 //! stops after N, 0 = forever; at most `--max-connections` at once,
 //! default 1024: past it a new stream takes the place of the oldest one
-//! whose peer has not started QUIC, or waits in the host's accept queue;
+//! whose QUIC handshake has not completed 1 s after its accept, or waits
+//! in the host's accept queue;
 //! a stream whose peer starts no QUIC connection within the idle timeout
 //! is closed;
 //! `dial`: one connection over a stream it dials). Certificates are DER in hex; the client verifies the server's
@@ -215,6 +216,8 @@ struct Pipe<A: App> {
     /// (quinn-proto's handshake and idle timeouts take over) and on the
     /// client side.
     start_by: Option<(Instant, Duration)>,
+    /// When a server pipe was accepted (`None` on the client side).
+    accepted_at: Option<Instant>,
     /// No QUIC connection started by `start_by`: the pipe is closed.
     expired: bool,
     /// The pipe is registered for `send` in the loop's readiness set.
@@ -238,6 +241,7 @@ impl<A: App> Pipe<A> {
             ended: false,
             send_failed: false,
             start_by: None,
+            accepted_at: None,
             expired: false,
             watch_send: false,
             deadline: None,
@@ -246,10 +250,14 @@ impl<A: App> Pipe<A> {
     }
 
     /// A server pipe accepted at `now`: its peer has `idle` to start a
-    /// QUIC connection.
+    /// QUIC connection (no limit when `idle` is 0, QUIC's "no idle
+    /// timeout").
     fn accepted(stream: MessageStream, link: Link, app: A, now: Instant, idle: Duration) -> Self {
         let mut p = Pipe::new(stream, link, app);
-        p.start_by = Some((now + idle, idle));
+        p.accepted_at = Some(now);
+        if !idle.is_zero() {
+            p.start_by = now.checked_add(idle).map(|by| (by, idle));
+        }
         p
     }
 
@@ -318,6 +326,9 @@ impl<A: App> Pipe<A> {
                 Err(e) => {
                     eprintln!("quic-echo: send failed: {}", sdk::describe(&e));
                     self.send_failed = true;
+                    // Nothing more will be sent: stop waiting for room
+                    // (a closed stream's `send` interest stays ready).
+                    self.pending = false;
                     return;
                 }
             }
@@ -356,6 +367,16 @@ const LISTENER_KEY: u64 = u64::MAX;
 /// Registrations taken from the readiness set per turn.
 const READY_PER_TURN: u32 = 256;
 
+/// New streams a `listen` server accepts per turn of its loop.
+const ACCEPTS_PER_TURN: usize = 64;
+
+/// How long after its accept a pipe whose QUIC handshake has not
+/// completed may be closed to make room at `--max-connections`: a client
+/// on loopback or a LAN completes its handshake well within it, and the
+/// pipes a burst of reconnecting clients brings are serviced (their
+/// first datagrams read) before any of them can be closed.
+const EVICT_AFTER: Duration = Duration::from_secs(1);
+
 /// The event loop. Pipes wait in one readiness set (`receive`, and `send`
 /// while a datagram waits for room) and their deadlines in one ordered
 /// set; each turn services only the pipes that are ready or due, then
@@ -376,12 +397,15 @@ struct Loop<A: App> {
     deadlines: BTreeSet<(Instant, usize)>,
     /// Pipes to service next turn (new, or reported by the set).
     due: Vec<usize>,
-    /// Pipes accepted without a QUIC connection yet, oldest first, by
-    /// their `start_by`: the ones to close when every place is taken
-    /// (entries whose pipe started or left are skipped).
-    unstarted: VecDeque<(Instant, usize)>,
-    /// The listener was reported ready.
-    accept_ready: bool,
+    /// Server pipes by accept time, oldest first: the ones to close
+    /// when every place is taken, while their QUIC handshake has not
+    /// completed. Entries whose pipe connected or left are dropped as
+    /// they reach the front, and the list is compacted past twice the
+    /// live pipes, so it stays O(live).
+    unconnected: VecDeque<(Instant, usize)>,
+    /// An extra time to wake up at (the server's next chance to make
+    /// room), beside the pipes' deadlines.
+    wake_at: Option<Instant>,
     timer: Option<(Instant, Pollable)>,
     wakeups: Wakeups,
 }
@@ -398,8 +422,8 @@ impl<A: App> Loop<A> {
             ready,
             deadlines: BTreeSet::new(),
             due: Vec::new(),
-            unstarted: VecDeque::new(),
-            accept_ready: false,
+            unconnected: VecDeque::new(),
+            wake_at: None,
             timer: None,
             wakeups: Wakeups::default(),
         }
@@ -420,8 +444,13 @@ impl<A: App> Loop<A> {
             self.free.push(slot);
             return Err(e);
         }
-        if let Some((by, _)) = pipe.start_by {
-            self.unstarted.push_back((by, slot));
+        if let Some(at) = pipe.accepted_at {
+            if self.unconnected.len() > 2 * self.live + 64 {
+                let pipes = &self.pipes;
+                self.unconnected
+                    .retain(|&(at, slot)| Self::unconnected_at(pipes, slot, at));
+            }
+            self.unconnected.push_back((at, slot));
         }
         self.pipes[slot] = Some(pipe);
         self.live += 1;
@@ -429,34 +458,63 @@ impl<A: App> Loop<A> {
         Ok(())
     }
 
-    /// The slot of the oldest pipe still waiting for its QUIC connection.
-    fn oldest_unstarted(&mut self) -> Option<usize> {
-        while let Some(&(by, slot)) = self.unstarted.front() {
-            let waiting = self.pipes[slot]
-                .as_ref()
-                .is_some_and(|p| p.start_by.is_some_and(|(b, _)| b == by));
-            if waiting {
-                return Some(slot);
-            }
-            self.unstarted.pop_front();
-        }
-        None
+    /// Whether the pipe in `slot` is the one accepted at `at` and its
+    /// QUIC handshake has not completed.
+    fn unconnected_at(pipes: &[Option<Pipe<A>>], slot: usize, at: Instant) -> bool {
+        pipes[slot]
+            .as_ref()
+            .is_some_and(|p| p.accepted_at == Some(at) && !p.link.is_connected())
     }
 
-    /// Closes the oldest pipe still waiting for its QUIC connection, to
-    /// make room for a new one, and returns it (to report). A peer that
-    /// opens message streams and starts nothing on them cannot keep
-    /// clients out for the idle timeout.
-    fn evict_unstarted(&mut self) -> Option<Pipe<A>> {
-        let slot = self.oldest_unstarted()?;
-        self.unstarted.pop_front();
-        let mut p = self.remove(slot);
-        p.start_by = None;
-        p.expired = true;
-        p.link.fail(Error::PipeClosed(
-            "closed to make room for a new connection: no QUIC connection started on it".into(),
-        ));
-        Some(p)
+    /// The slot of the oldest pipe whose handshake has not completed,
+    /// if it was accepted at least [`EVICT_AFTER`] before `now`;
+    /// otherwise when the oldest one will be (`None`: there is none).
+    fn evictable(&mut self, now: Instant) -> Result<usize, Option<Instant>> {
+        while let Some(&(at, slot)) = self.unconnected.front() {
+            if !Self::unconnected_at(&self.pipes, slot, at) {
+                self.unconnected.pop_front();
+                continue;
+            }
+            let from = at + EVICT_AFTER;
+            return if from <= now {
+                Ok(slot)
+            } else {
+                Err(Some(from))
+            };
+        }
+        Err(None)
+    }
+
+    /// Makes room for a new connection at `now`: closes the oldest pipe
+    /// whose QUIC handshake has not completed [`EVICT_AFTER`] after its
+    /// accept, and returns it (to report). Each candidate is serviced
+    /// first, so a client whose datagrams are already waiting is not
+    /// closed for want of a look. A peer that opens message streams and
+    /// sends nothing, or only a first datagram, cannot keep clients out.
+    /// `None`: no pipe may be closed now.
+    fn make_room(&mut self, now: Instant) -> Option<Pipe<A>> {
+        while let Ok(slot) = self.evictable(now) {
+            if let Some(finished) = self.service(slot, now) {
+                return Some(finished);
+            }
+            if self.pipes[slot]
+                .as_ref()
+                .is_some_and(|p| p.link.is_connected())
+            {
+                self.unconnected.pop_front();
+                continue;
+            }
+            self.unconnected.pop_front();
+            let mut p = self.remove(slot);
+            p.start_by = None;
+            p.expired = true;
+            p.link.fail(Error::PipeClosed(
+                "closed to make room for a new connection: its QUIC handshake had not completed"
+                    .into(),
+            ));
+            return Some(p);
+        }
+        None
     }
 
     /// Takes the pipe in `slot` out of the loop: its registrations, its
@@ -506,7 +564,8 @@ impl<A: App> Loop<A> {
         if !finished.is_empty() {
             return finished;
         }
-        if let Some(&(d, _)) = self.deadlines.first() {
+        let next = self.deadlines.first().map(|&(d, _)| d);
+        if let Some(d) = tether_quic::earliest(next, self.wake_at) {
             let now = Instant::now();
             if d <= now {
                 return finished;
@@ -538,7 +597,6 @@ impl<A: App> Loop<A> {
         let (mut message, mut send, mut other) = (false, false, false);
         for (key, interest) in events {
             if key == LISTENER_KEY {
-                self.accept_ready = true;
                 other = true;
                 continue;
             }
@@ -678,41 +736,65 @@ fn server(args: &[String]) -> Result<(), Error> {
             let mut listening = false;
             loop {
                 // Accept while under --max (in all) and --max-connections
-                // (at once); past them, new streams wait in the host's
+                // (at once), at most ACCEPTS_PER_TURN per turn so a flood
+                // of new streams cannot starve the live ones. At the cap
+                // a new stream takes the place of the oldest one whose
+                // handshake has not completed (`Loop::make_room`); if no
+                // pipe may be closed yet, new streams wait in the host's
                 // accept queue, whose own bound then applies.
-                // At --max-connections, a new stream takes the place of
-                // the oldest one whose peer has not started QUIC yet.
-                let room = |accepted: u64, events: &mut Loop<EchoServer>| {
-                    (f.max == 0 || accepted < f.max)
-                        && ((events.live as u64) < f.max_connections
-                            || events.oldest_unstarted().is_some())
-                };
-                while room(accepted, &mut events) {
-                    match listener.accept() {
-                        Ok(Some(stream)) => {
-                            accepted += 1;
-                            if events.live as u64 >= f.max_connections
-                                && let Some(p) = events.evict_unstarted()
-                                && report(p) == f.max
-                            {
-                                return Ok(());
-                            }
-                            let now = Instant::now();
-                            let link = new_link();
-                            let pipe = Pipe::accepted(
-                                stream,
-                                link,
-                                EchoServer::new(),
-                                now,
-                                f.options.idle_timeout,
-                            );
-                            events.add(pipe).map_err(|e| ws_error(&e))?;
-                        }
-                        Ok(None) => break,
-                        Err(e) => return Err(ws_error(&e)),
+                let now = Instant::now();
+                events.wake_at = None;
+                let mut taken = 0;
+                let want = loop {
+                    if f.max != 0 && accepted >= f.max {
+                        break false;
                     }
-                }
-                let want = room(accepted, &mut events);
+                    if events.live as u64 >= f.max_connections {
+                        match events.evictable(now) {
+                            Ok(_) => {}
+                            Err(at) => {
+                                events.wake_at = at;
+                                break false;
+                            }
+                        }
+                    }
+                    if taken == ACCEPTS_PER_TURN {
+                        break true;
+                    }
+                    let stream = match listener.accept() {
+                        Ok(Some(stream)) => stream,
+                        Ok(None) => break true,
+                        Err(e) => return Err(ws_error(&e)),
+                    };
+                    accepted += 1;
+                    taken += 1;
+                    if events.live as u64 >= f.max_connections {
+                        match events.make_room(now) {
+                            Some(p) => {
+                                if report(p) == f.max {
+                                    return Ok(());
+                                }
+                            }
+                            None => {
+                                // Every candidate turned out connected.
+                                let _ = stream.close(1000, "too many connections");
+                                continue;
+                            }
+                        }
+                    }
+                    let pipe = Pipe::accepted(
+                        stream,
+                        new_link(),
+                        EchoServer::new(),
+                        now,
+                        f.options.idle_timeout,
+                    );
+                    if let Err(e) = events.add(pipe) {
+                        // The readiness set is full: this stream is closed
+                        // (dropped), the others go on.
+                        eprintln!("quic-echo: readiness set: {}", sdk::describe(&e));
+                    }
+                };
                 if want != listening {
                     listening = want;
                     if want {
@@ -724,7 +806,6 @@ fn server(args: &[String]) -> Result<(), Error> {
                         events.set.deregister(LISTENER_KEY, Interest::Accept);
                     }
                 }
-                events.accept_ready = false;
                 for p in events.turn() {
                     if report(p) == f.max {
                         return Ok(());

@@ -85,14 +85,26 @@ pub fn decode(data: &[u8]) {
         if session.handle_input(t, chunk).is_err() {
             break;
         }
-        while let Some(ev) = session.poll_event() {
-            if let Event::OpenRequest { id, .. } = ev {
-                let _ = session.accept(id);
+        // As a driver does: take the events, write, and decode what a
+        // pause held back before the next input (a bounded number of
+        // times: a flush held back by the coalescing rules moves nothing
+        // within one instant).
+        for _ in 0..256 {
+            while let Some(ev) = session.poll_event() {
+                if let Event::OpenRequest { id, .. } = ev {
+                    let _ = session.accept(id);
+                }
             }
-        }
-        if session.poll_flush(t) {
-            let n = session.transmit().len();
-            session.advance_transmit(n);
+            if session.poll_flush(t) {
+                let n = session.transmit().len();
+                session.advance_transmit(n);
+            }
+            if session.wants_input() {
+                break;
+            }
+            if session.resume_input(t).is_err() {
+                return;
+            }
         }
     }
 }

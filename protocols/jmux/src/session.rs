@@ -1143,8 +1143,11 @@ impl Session {
 
     /// Handles one decoded message at time `now` (for drivers with their
     /// own [`Decoder`]; [`Session::handle_input`] calls this). Such a
-    /// driver applies [`Config::max_control_backlog`] itself: it stops
-    /// handing messages while [`Session::control_backlog`] exceeds it.
+    /// driver applies the input bounds itself: it stops handing messages
+    /// while [`Session::control_backlog`] exceeds
+    /// [`Config::max_control_backlog`], and while the events it has not
+    /// taken yet reach [`Config::max_pending_events`] (or its OPEN
+    /// requests [`Config::max_pending_open_requests`]).
     ///
     /// Errors: [`SessionError::WindowExceeded`] (fatal and sticky).
     pub fn handle_message(&mut self, now: Instant, msg: Message) -> Result<(), SessionError> {
