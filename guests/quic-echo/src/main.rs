@@ -249,15 +249,12 @@ impl<A: App> Pipe<A> {
         }
     }
 
-    /// A server pipe accepted at `now`: its peer has `idle` to start a
-    /// QUIC connection (no limit when `idle` is 0, QUIC's "no idle
-    /// timeout").
+    /// A server pipe accepted at `now`: its peer has `idle` (the idle
+    /// timeout, never 0) to start a QUIC connection.
     fn accepted(stream: MessageStream, link: Link, app: A, now: Instant, idle: Duration) -> Self {
         let mut p = Pipe::new(stream, link, app);
         p.accepted_at = Some(now);
-        if !idle.is_zero() {
-            p.start_by = now.checked_add(idle).map(|by| (by, idle));
-        }
+        p.start_by = now.checked_add(idle).map(|by| (by, idle));
         p
     }
 

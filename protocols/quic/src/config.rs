@@ -121,8 +121,8 @@ impl Default for Options {
 impl Options {
     /// The quinn-proto transport configuration for these options.
     ///
-    /// Errors: [`Error::Config`] for an idle timeout beyond QUIC's range or
-    /// an MTU under 1200.
+    /// Errors: [`Error::Config`] for an idle timeout of 0 or beyond QUIC's
+    /// range, or an MTU under 1200.
     pub fn transport(&self) -> Result<Arc<TransportConfig>, Error> {
         if !(1200..=MAX_MTU).contains(&self.mtu) {
             return Err(Error::Config(format!(
@@ -143,6 +143,11 @@ impl Options {
             d.upper_bound(self.max_mtu).minimum_change(256);
             d
         });
+        if self.idle_timeout.is_zero() {
+            // quinn-proto would take 0 as a timeout, not as "none": every
+            // handshake failed at once with a handshake timeout of 0ns.
+            return Err(Error::Config("idle timeout must be more than 0 ms".into()));
+        }
         let idle = IdleTimeout::try_from(self.idle_timeout).map_err(|_| {
             Error::Config(format!("idle timeout {:?} is too long", self.idle_timeout))
         })?;
@@ -335,4 +340,24 @@ pub fn from_hex(text: &str) -> Result<Vec<u8>, Error> {
     text.chunks(2)
         .map(|pair| Ok(digit(pair[0])? << 4 | digit(pair[1])?))
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `--idle-ms 0` is a clear configuration error, not a connection
+    /// that times out at its first packet.
+    #[test]
+    fn a_zero_idle_timeout_is_refused() {
+        let options = Options {
+            idle_timeout: Duration::ZERO,
+            ..Options::default()
+        };
+        match options.transport() {
+            Err(Error::Config(m)) => assert!(m.contains("idle timeout"), "{m}"),
+            Err(e) => panic!("{e}"),
+            Ok(_) => panic!("a zero idle timeout was accepted"),
+        }
+    }
 }
