@@ -209,16 +209,16 @@ struct Pipe<A: App> {
     /// Sending failed: nothing more is sent, and the receive side tells
     /// how the stream ended (a peer's close frame races our sends).
     send_failed: bool,
-    /// A server pipe whose peer must start a QUIC connection by then (the
-    /// idle timeout after the accept): a message stream that never
+    /// A server pipe whose peer must start a QUIC connection this long
+    /// after `accepted_at` (the idle timeout): a message stream that never
     /// carries a client's first datagram would otherwise hold its QUIC
     /// state (about 50 KiB) for ever. `None` once there is a connection
     /// (quinn-proto's handshake and idle timeouts take over) and on the
     /// client side.
-    start_by: Option<(Instant, Duration)>,
+    start_within: Option<Duration>,
     /// When a server pipe was accepted (`None` on the client side).
     accepted_at: Option<Instant>,
-    /// No QUIC connection started by `start_by`: the pipe is closed.
+    /// No QUIC connection started in time: the pipe is closed.
     expired: bool,
     /// The pipe is registered for `send` in the loop's readiness set.
     watch_send: bool,
@@ -240,7 +240,7 @@ impl<A: App> Pipe<A> {
             out: Message::Binary(Vec::with_capacity(1500)),
             ended: false,
             send_failed: false,
-            start_by: None,
+            start_within: None,
             accepted_at: None,
             expired: false,
             watch_send: false,
@@ -254,7 +254,7 @@ impl<A: App> Pipe<A> {
     fn accepted(stream: MessageStream, link: Link, app: A, now: Instant, idle: Duration) -> Self {
         let mut p = Pipe::new(stream, link, app);
         p.accepted_at = Some(now);
-        p.start_by = now.checked_add(idle).map(|by| (by, idle));
+        p.start_within = Some(idle);
         p
     }
 
@@ -289,9 +289,10 @@ impl<A: App> Pipe<A> {
             self.link.handle_timeout(now);
         }
         if self.link.has_connection() {
-            self.start_by = None;
-        } else if let Some((_, idle)) = self.start_by.filter(|(by, _)| *by <= now) {
-            self.start_by = None;
+            self.start_within = None;
+        } else if self.start_by().is_some_and(|by| by <= now)
+            && let Some(idle) = self.start_within.take()
+        {
             self.expired = true;
             self.link.fail(Error::HandshakeTimeout(idle));
         }
@@ -334,7 +335,13 @@ impl<A: App> Pipe<A> {
 
     fn next_deadline(&mut self) -> Option<Instant> {
         let quic = tether_quic::earliest(self.link.poll_timeout(), self.app.poll_timeout());
-        tether_quic::earliest(quic, self.start_by.map(|(by, _)| by))
+        tether_quic::earliest(quic, self.start_by())
+    }
+
+    /// When a server pipe must have a QUIC connection (see
+    /// `start_within`).
+    fn start_by(&self) -> Option<Instant> {
+        self.accepted_at?.checked_add(self.start_within?)
     }
 
     /// Finished: the application is done and everything was sent, the
@@ -494,16 +501,13 @@ impl<A: App> Loop<A> {
             if let Some(finished) = self.service(slot, now) {
                 return Some(finished);
             }
-            if self.pipes[slot]
-                .as_ref()
-                .is_some_and(|p| p.link.is_connected())
-            {
-                self.unconnected.pop_front();
+            if !Self::unconnected_at(&self.pipes, slot, self.unconnected[0].0) {
+                // It connected on that look: `evictable` drops it.
                 continue;
             }
             self.unconnected.pop_front();
             let mut p = self.remove(slot);
-            p.start_by = None;
+            p.start_within = None;
             p.expired = true;
             p.link.fail(Error::PipeClosed(
                 "closed to make room for a new connection: its QUIC handshake had not completed"
