@@ -39,6 +39,8 @@
 //! - `tcp.rs`: byte streams over `wasi:io` input and output streams;
 //! - `policy.rs`: the capability checks (deny by default);
 //! - `net.rs`: dialling and binding under the policy, TCP_NODELAY;
+//! - `places.rs`: a listener's handshake places, and which silent client
+//!   gives its place up to a new one;
 //! - `ready.rs`: event-driven wake-ups (no periodic tick);
 //! - `readiness.rs`: readiness sets, a guest's O(1)-per-event wait on many
 //!   streams;
@@ -61,6 +63,7 @@ pub mod config;
 pub mod metrics;
 pub mod net;
 pub mod p3;
+mod places;
 pub mod policy;
 pub mod readiness;
 pub mod ready;

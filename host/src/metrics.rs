@@ -102,6 +102,10 @@ pub enum HandshakeFailure {
     /// The listener already ran `max_handshakes_per_listener` upgrades
     /// (answered 503).
     Busy,
+    /// The client had sent no request head 1 s after its accept
+    /// (`places::EVICT_AFTER`) and a new connection took its place, the
+    /// listener running `max_handshakes_per_listener` upgrades (closed).
+    Evicted,
     /// The peer closed or reset the connection during the upgrade.
     Closed,
     /// The TLS handshake failed (`wss://`).
@@ -118,6 +122,7 @@ impl HandshakeFailure {
             HandshakeFailure::BadRequest => "bad_request",
             HandshakeFailure::HeadTooLarge => "head_too_large",
             HandshakeFailure::Busy => "busy",
+            HandshakeFailure::Evicted => "evicted",
             HandshakeFailure::Closed => "closed",
             HandshakeFailure::Tls => "tls",
             HandshakeFailure::BadResponse => "bad_response",
@@ -498,30 +503,25 @@ impl Drop for MetricsServer {
     }
 }
 
-/// How long after its accept a client without a request head may lose
-/// its place to a new connection: a scraper's head arrives within a
-/// round trip, and a burst of new connections cannot push out one whose
-/// head is there but not yet read.
-const EVICT_AFTER: Duration = Duration::from_secs(1);
-
-/// One scrape in progress, in accept order.
-struct Scrape {
-    task: tokio::task::AbortHandle,
-    accepted: tokio::time::Instant,
-    /// Its request head has been read (it is being answered).
-    head_read: Arc<std::sync::atomic::AtomicBool>,
-}
-
 async fn serve_loop(
     listener: TcpListener,
     registry: Arc<Registry>,
     (max_scrapes, timeout): (usize, Duration),
 ) {
-    let mut scrapes: std::collections::VecDeque<Scrape> = std::collections::VecDeque::new();
-    let mut tasks = tokio::task::JoinSet::new();
+    // Every place taken: a client that has not sent its request head
+    // EVICT_AFTER after its accept gives its place up, the one waiting
+    // longest first. Four clients that connect and send nothing shut
+    // every scraper out for `scrape_timeout` otherwise (the red team of
+    // 2026-12-03, fifth round: 77 of 120 scrapes refused). Only when
+    // every place is answering does the new connection get 503.
+    let mut scrapes = crate::places::Places::new(max_scrapes);
     let mut errors = crate::net::AcceptErrors::new("metrics");
     loop {
-        let (mut tcp, peer) = match listener.accept().await {
+        let accepted = tokio::select! {
+            () = scrapes.join_next() => continue,
+            accepted = listener.accept() => accepted,
+        };
+        let (mut tcp, peer) = match accepted {
             Ok(accepted) => {
                 errors.accepted();
                 accepted
@@ -531,47 +531,26 @@ async fn serve_loop(
                 continue;
             }
         };
-        while tasks.try_join_next().is_some() {}
-        scrapes.retain(|s| !s.task.is_finished());
-        if scrapes.len() >= max_scrapes {
-            // Every place is taken. A client that has not sent its
-            // request head EVICT_AFTER after its accept gives its place
-            // up, the one waiting longest first: four clients that connect and send nothing
-            // shut every scraper out for `scrape_timeout` otherwise (the
-            // red team of 2026-12-03, sixth round: 77 of 120 scrapes
-            // refused). Only when every place is answering does the new
-            // connection get 503.
-            let now = tokio::time::Instant::now();
-            let idle = scrapes.iter().position(|s| {
-                !s.head_read.load(std::sync::atomic::Ordering::Acquire)
-                    && now.duration_since(s.accepted) >= EVICT_AFTER
-            });
-            match idle.and_then(|i| scrapes.remove(i)) {
-                Some(evicted) => {
-                    evicted.task.abort();
-                    tracing::debug!(%peer, "metrics: a client without a request head gave its place up");
-                }
-                None => {
-                    let _ = tcp.try_write(&response("503 Service Unavailable", "text/plain", ""));
-                    tracing::debug!(%peer, "metrics: refused, {max_scrapes} scrapes in progress");
-                    continue;
-                }
+        match scrapes.make_room(tokio::time::Instant::now()) {
+            crate::places::Room::Free => {}
+            crate::places::Room::Evicted(silent) => {
+                tracing::debug!(peer = %silent, "metrics: a client without a request head gave its place up");
+            }
+            crate::places::Room::Full => {
+                let _ = tcp.try_write(&response("503 Service Unavailable", "text/plain", ""));
+                tracing::debug!(%peer, "metrics: refused, {max_scrapes} scrapes in progress");
+                continue;
             }
         }
         let registry = registry.clone();
-        let head_read = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let head_read = crate::places::HeadArrived::default();
         let flag = head_read.clone();
-        let task = tasks.spawn(async move {
+        scrapes.spawn(peer, head_read, async move {
             match tokio::time::timeout(timeout, answer(&mut tcp, &registry, &flag)).await {
                 Ok(Ok(())) => {}
                 Ok(Err(e)) => tracing::debug!(%peer, "metrics: {e}"),
                 Err(_) => tracing::debug!(%peer, "metrics: scrape timed out"),
             }
-        });
-        scrapes.push_back(Scrape {
-            task,
-            accepted: tokio::time::Instant::now(),
-            head_read,
         });
     }
 }
@@ -580,7 +559,7 @@ async fn serve_loop(
 async fn answer(
     tcp: &mut TcpStream,
     registry: &Registry,
-    head_read: &std::sync::atomic::AtomicBool,
+    head_read: &crate::places::HeadArrived,
 ) -> std::io::Result<()> {
     let mut head = Vec::with_capacity(512);
     let mut chunk = [0u8; 1024];
@@ -610,7 +589,7 @@ async fn answer(
             }
         }
     };
-    head_read.store(true, std::sync::atomic::Ordering::Release);
+    head_read.set();
     let path = path.split_once('?').map_or(path.as_str(), |(p, _)| p);
     let answer = match (method.as_str(), path) {
         ("GET", "/metrics") => {
@@ -672,7 +651,7 @@ mod tests {
             for _ in 0..4 {
                 silent.push(TcpStream::connect(addr).await.unwrap());
             }
-            tokio::time::sleep(EVICT_AFTER + Duration::from_millis(200)).await;
+            tokio::time::sleep(crate::places::EVICT_AFTER + Duration::from_millis(200)).await;
             for _ in 0..3 {
                 let mut scrape = TcpStream::connect(addr).await.unwrap();
                 scrape

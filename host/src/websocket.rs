@@ -44,7 +44,7 @@ use crate::bindings::tether::streams::websocket::{
 use crate::config::Limits;
 use crate::metrics::{Direction, HandshakeFailure, Interface};
 use crate::ready::{Pending, Signal, pollable};
-use crate::{HostCtx, TetherCtxView, net};
+use crate::{HostCtx, TetherCtxView, net, places};
 
 pub mod lift;
 mod upgrade;
@@ -1574,6 +1574,7 @@ async fn accept_one(
     peer: SocketAddr,
     supported: Arc<Vec<String>>,
     queue: Arc<AcceptQueue<MessageStream>>,
+    arrived: places::HeadArrived,
 ) {
     let limits = &ctx.config.limits;
     let head =
@@ -1597,6 +1598,7 @@ async fn accept_one(
                 return;
             }
         };
+    arrived.set();
     if let Err(refusal) = upgrade::check(&head) {
         // A response this short fits the fresh socket's send buffer.
         let _ = tcp.try_write(&refusal.response());
@@ -1657,11 +1659,14 @@ async fn accept_one(
 }
 
 /// Accepts connections and runs their handshakes concurrently, at most
-/// `max_handshakes_per_listener` at once; past that, a new connection is
-/// answered 503 and closed at once, and the loop goes on. Handshakes never
-/// hold up the loop: only a full backlog of completed streams (a guest
-/// that does not accept) pauses it, and then the kernel's backlog pushes
-/// back. Dropping the loop (the listener) aborts every handshake.
+/// `max_handshakes_per_listener` at once. Past that, a new connection
+/// takes the place of the oldest client that has sent no request head
+/// [`places::EVICT_AFTER`] (1 s) after its accept (that client's
+/// connection is closed); when there is none, it is answered 503 and
+/// closed at once, and the loop goes on. Handshakes never hold up the
+/// loop: only a full backlog of completed streams (a guest that does not
+/// accept) pauses it, and then the kernel's backlog pushes back. Dropping
+/// the loop (the listener) aborts every handshake.
 async fn accept_loop(
     ctx: Arc<HostCtx>,
     listener: tokio::net::TcpListener,
@@ -1669,11 +1674,11 @@ async fn accept_loop(
     queue: Arc<AcceptQueue<MessageStream>>,
 ) {
     let max_handshakes = ctx.config.limits.max_handshakes_per_listener.max(1);
-    let mut handshakes = tokio::task::JoinSet::new();
+    let mut handshakes = places::Places::new(max_handshakes);
     let mut errors = net::AcceptErrors::new("WebSocket listener");
     loop {
         let accepted = tokio::select! {
-            Some(_) = handshakes.join_next(), if !handshakes.is_empty() => continue,
+            () = handshakes.join_next() => continue,
             accepted = async {
                 queue.room().await;
                 listener.accept().await
@@ -1690,25 +1695,42 @@ async fn accept_loop(
                 continue;
             }
         };
-        while handshakes.try_join_next().is_some() {}
-        if handshakes.len() >= max_handshakes {
-            let _ = tcp.try_write(REFUSED_BUSY);
-            ctx.metrics
-                .handshake_failed(Direction::Inbound, HandshakeFailure::Busy);
-            tracing::debug!(%peer, max_handshakes, "refused: too many WebSocket handshakes in progress");
-            continue;
+        match handshakes.make_room(tokio::time::Instant::now()) {
+            places::Room::Free => {}
+            places::Room::Evicted(silent) => {
+                ctx.metrics
+                    .handshake_failed(Direction::Inbound, HandshakeFailure::Evicted);
+                tracing::info!(
+                    peer = %silent,
+                    "WebSocket handshake closed: no request head {} ms after accept, and a new connection needed its place ({max_handshakes} handshakes in progress, max_handshakes_per_listener)",
+                    places::EVICT_AFTER.as_millis()
+                );
+            }
+            places::Room::Full => {
+                let _ = tcp.try_write(REFUSED_BUSY);
+                ctx.metrics
+                    .handshake_failed(Direction::Inbound, HandshakeFailure::Busy);
+                tracing::debug!(%peer, max_handshakes, "refused: too many WebSocket handshakes in progress");
+                continue;
+            }
         }
         if let Err(e) = net::accepted(&tcp) {
             tracing::warn!(%peer, "TCP_NODELAY failed: {e}");
             continue;
         }
-        handshakes.spawn(tracing::Instrument::in_current_span(accept_one(
-            ctx.clone(),
-            tcp,
+        let head = places::HeadArrived::default();
+        handshakes.spawn(
             peer,
-            supported.clone(),
-            queue.clone(),
-        )));
+            head.clone(),
+            tracing::Instrument::in_current_span(accept_one(
+                ctx.clone(),
+                tcp,
+                peer,
+                supported.clone(),
+                queue.clone(),
+                head,
+            )),
+        );
     }
 }
 

@@ -30,6 +30,13 @@ export const DEFAULT_LIMITS = Object.freeze({
  */
 export const ASSEMBLY_ALLOWANCE_BYTES = 64 << 10;
 
+/**
+ * How long after its accept a client without a request head may lose its
+ * handshake place to a new connection when a listener runs
+ * `maxHandshakesPerListener` handshakes, ms (host/src/places.rs EVICT_AFTER).
+ */
+export const HANDSHAKE_EVICT_AFTER_MS = 1_000;
+
 /** Each queued WebSocket message counts its payload plus this (host/src/websocket.rs QUEUED_MESSAGE_OVERHEAD). */
 export const QUEUED_MESSAGE_OVERHEAD = 64;
 

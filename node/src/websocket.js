@@ -9,7 +9,7 @@ import { readFileSync } from "node:fs";
 import WebSocket, { WebSocketServer } from "ws";
 import { Signal, Pollable, dropRegistrations } from "./io.js";
 import { PendingConnect, AcceptQueue } from "./ready.js";
-import { E, ASSEMBLY_ALLOWANCE_BYTES, QUEUED_MESSAGE_OVERHEAD, fromNodeError } from "./config.js";
+import { E, ASSEMBLY_ALLOWANCE_BYTES, QUEUED_MESSAGE_OVERHEAD, HANDSHAKE_EVICT_AFTER_MS, fromNodeError } from "./config.js";
 import { checkDestination, resolveAllowed, lookupPlaces, pinnedLookup, sockAddr } from "./net.js";
 import { parseHost } from "./policy.js";
 
@@ -545,6 +545,20 @@ export function parseBind(address) {
   return { ip: h.ip, port: Number(portText), text: hostText.replace(/^\[|\]$/g, "") };
 }
 
+/**
+ * The oldest socket of `sockets` (handshakes in progress, in accept order)
+ * whose request head has not arrived, if it was accepted at least
+ * HANDSHAKE_EVICT_AFTER_MS before `now` (ms, `performance.now()`); else
+ * null. Sockets whose head arrived are skipped: they are being upgraded.
+ */
+function oldestSilent(sockets, now) {
+  for (const s of sockets) {
+    if (s.tetherHead) continue;
+    return now - s.tetherAccepted >= HANDSHAKE_EVICT_AFTER_MS ? s : null;
+  }
+  return null;
+}
+
 function listen(host, address, options) {
   const bind = parseBind(address);
   try {
@@ -569,10 +583,21 @@ function listen(host, address, options) {
     sock.setNoDelay(true);
     if (listener.stopped) return sock.destroy();
     if (handshaking >= host.limits.maxHandshakesPerListener) {
-      sock.end("HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
-      return;
+      // Every place is held: the oldest client without a request head
+      // HANDSHAKE_EVICT_AFTER_MS after its accept gives its place up (a
+      // slowloris would shut everyone out until its handshake timeout);
+      // when there is none, 503 (host/src/places.rs).
+      const silent = oldestSilent(listener.sockets, performance.now());
+      if (!silent) {
+        sock.end("HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
+        return;
+      }
+      done(silent);
+      silent.destroy();
     }
     handshaking++;
+    sock.tetherAccepted = performance.now();
+    sock.tetherHead = false;
     listener.sockets.add(sock);
     sock.tetherTimer = setTimeout(() => sock.destroy(), host.limits.handshakeTimeoutMs);
     sock.once("close", () => {
@@ -589,10 +614,12 @@ function listen(host, address, options) {
     }
   };
   server.on("request", (req, res) => {
+    req.socket.tetherHead = true;
     res.writeHead(426, { Connection: "close", "Content-Type": "text/plain" });
     res.end("a WebSocket upgrade is required\n");
   });
   server.on("upgrade", (req, sock, head) => {
+    sock.tetherHead = true;
     wss.handleUpgrade(req, sock, head, (ws) => {
       done(sock);
       if (listener.stopped) return ws.terminate();

@@ -31,8 +31,10 @@
 //! (`tether_jmux::proxy::cli::HandshakeLimits`): each has a deadline, kept
 //! in a queue in start order (one timeout for all, so the earliest is at
 //! the front) whose head joins the session's deadline for the loop's one
-//! clock pollable; past the bound on handshakes in progress a new client
-//! is accepted and closed at once.
+//! clock pollable. At the bound on handshakes in progress a new client
+//! takes the place of the oldest one not done [`EVICT_AFTER`] after its
+//! accept (the front of that queue), else it is accepted and closed at
+//! once.
 //!
 //! `--poll-all` (a guest option, anywhere among the arguments) keeps the
 //! old loop for comparison (`tether bench load --jmux`): every pollable in
@@ -43,7 +45,7 @@ mod pipe;
 
 use std::collections::VecDeque;
 use std::process::ExitCode;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use tether_guest_sdk::{
     self as sdk, ErrorCode, InputStream, Interest, OutputStream, Pollable, ReadinessSet,
@@ -173,7 +175,7 @@ fn run(args: ProxyArgs, poll_all: bool) -> Result<(), String> {
         handshake_limits: args.handshakes,
         handshake_deadlines: VecDeque::new(),
         live_handshakes: 0,
-        handshakes_cut: [0, 0],
+        handshakes_cut: [0, 0, 0],
         connects: Vec::new(),
         free_connects: Vec::new(),
         ready_connects: Vec::new(),
@@ -280,7 +282,18 @@ enum Cut {
     Timeout = 0,
     /// Past the bound on handshakes in progress, at accept.
     Busy = 1,
+    /// At the bound, a new client took its place: it had not finished its
+    /// handshake [`EVICT_AFTER`] after its accept.
+    Evicted = 2,
 }
+
+/// How long after its accept a proxy client that has not finished its
+/// handshake may lose its place to a new client, when
+/// `--max-proxy-handshakes` are in progress (1 s). A real client sends its
+/// SOCKS5 greeting and request or its CONNECT head within a few round
+/// trips; clients that connect and stall would otherwise hold every place
+/// until their deadline and shut everyone else out (a slowloris).
+const EVICT_AFTER: Duration = Duration::from_secs(1);
 
 /// What the client must hear once its channel opens.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -499,7 +512,7 @@ struct Proxy {
     live_handshakes: usize,
     /// Clients cut at their deadline, and refused past the bound (logged at
     /// powers of two, so a flood cannot flood the log).
-    handshakes_cut: [u64; 2],
+    handshakes_cut: [u64; 3],
     /// Target connects in progress, indexed by slot (the readiness key's
     /// index). Each holds its channel, so the session's `--max-channels`
     /// bounds them; they all run at once (no queue: a connect that hangs
@@ -1180,7 +1193,9 @@ impl Proxy {
                     }
                     ListenerSpec::Http { .. } => HandshakeKind::Http(http::HeadReader::new()),
                 };
-                if self.live_handshakes >= self.handshake_limits.max_in_progress {
+                if self.live_handshakes >= self.handshake_limits.max_in_progress
+                    && !self.evict_oldest_handshake(now)
+                {
                     self.cut_handshake(conn, &kind, Cut::Busy);
                     continue;
                 }
@@ -1223,14 +1238,15 @@ impl Proxy {
     }
 
     /// Closes a proxy client whose handshake is cut short: at its deadline
-    /// (an HTTP client hears `408`) or, past the bound on handshakes in
-    /// progress, at accept (an HTTP client hears `503`); a SOCKS5 client
-    /// hears nothing (RFC 1928 has no reply for either before the
-    /// request). The connection is dropped here.
+    /// or when a new client takes its place (an HTTP client hears `408`),
+    /// or, past the bound on handshakes in progress, at accept (an HTTP
+    /// client hears `503`); a SOCKS5 client hears nothing (RFC 1928 has no
+    /// reply for any of them before the request). The connection is
+    /// dropped here.
     fn cut_handshake(&mut self, conn: Conn, kind: &HandshakeKind, why: Cut) {
         if let HandshakeKind::Http(_) = kind {
             conn.write_some(&match why {
-                Cut::Timeout => http::timeout_response(),
+                Cut::Timeout | Cut::Evicted => http::timeout_response(),
                 Cut::Busy => http::busy_response(),
             });
         }
@@ -1248,8 +1264,41 @@ impl Proxy {
                     "jmux: {count} proxy client(s) refused so far: {} handshakes in progress (--max-proxy-handshakes)",
                     limits.max_in_progress
                 ),
+                Cut::Evicted => eprintln!(
+                    "jmux: {count} proxy client(s) closed so far for a new one: handshake not done {} ms after accept while {} were in progress (--max-proxy-handshakes)",
+                    EVICT_AFTER.as_millis(),
+                    limits.max_in_progress
+                ),
             }
         }
+    }
+
+    /// At the bound on handshakes in progress: closes the oldest
+    /// handshake if it has not finished [`EVICT_AFTER`] after its accept,
+    /// so the new client can take its place. Returns whether it did. O(1)
+    /// amortised (the front of the deadline queue is the oldest live
+    /// handshake once ended entries are dropped).
+    fn evict_oldest_handshake(&mut self, now: Instant) -> bool {
+        while let Some(&(deadline, slot)) = self.handshake_deadlines.front() {
+            let live = self.handshakes[slot]
+                .as_ref()
+                .is_some_and(|h| h.deadline == deadline);
+            if !live {
+                self.handshake_deadlines.pop_front();
+                continue;
+            }
+            let accepted = deadline
+                .checked_sub(self.handshake_limits.timeout)
+                .unwrap_or(deadline);
+            if now.saturating_duration_since(accepted) < EVICT_AFTER {
+                return false;
+            }
+            self.handshake_deadlines.pop_front();
+            let h = self.end_handshake(slot);
+            self.cut_handshake(h.conn, &h.kind, Cut::Evicted);
+            return true;
+        }
+        false
     }
 
     /// Closes the handshakes whose deadline has passed, and drops the

@@ -1702,6 +1702,22 @@ fn stalled_proxy_handshakes_are_closed_at_the_deadline_while_others_are_served()
     assert!(pair.is_running(), "{}", pair.describe());
 }
 
+/// [`proxy_pair`] with `--max-proxy-handshakes=cap` and
+/// `--proxy-handshake-timeout-ms` of `deadline`.
+fn capped_proxy_pair(
+    runner: &Arc<Runner>,
+    cap: usize,
+    deadline: Duration,
+) -> (Pair, SocketAddr, SocketAddr) {
+    proxy_pair(
+        runner,
+        &[
+            &format!("--proxy-handshake-timeout-ms={}", deadline.as_millis()),
+            &format!("--max-proxy-handshakes={cap}"),
+        ],
+    )
+}
+
 /// The other half of the finding: handshakes in progress are bounded
 /// (`--max-proxy-handshakes`, here 32). Past the bound a new client is
 /// accepted and closed at once (an HTTP client with 503, a SOCKS5 client
@@ -1717,13 +1733,7 @@ fn proxy_handshakes_past_the_cap_are_refused_at_once_and_the_loop_goes_on() {
     let runner = runner();
     let echo = PeerRuntime::new().unwrap();
     let target = echo.echo().unwrap();
-    let (mut pair, socks, http) = proxy_pair(
-        &runner,
-        &[
-            &format!("--proxy-handshake-timeout-ms={}", DEADLINE.as_millis()),
-            &format!("--max-proxy-handshakes={CAP}"),
-        ],
-    );
+    let (mut pair, socks, http) = capped_proxy_pair(&runner, CAP, DEADLINE);
     let rt = current_thread();
     rt.block_on(async {
         // A well-behaved client takes the first slot, and is slow to speak.
@@ -1775,6 +1785,68 @@ fn proxy_handshakes_past_the_cap_are_refused_at_once_and_the_loop_goes_on() {
         let (code, took) = good_socks5(TcpStream::connect(socks).unwrap(), target).await;
         assert_eq!(code, 0, "SOCKS5 reply after the deadline");
         assert!(took < Duration::from_secs(1), "a new client took {took:?}");
+    });
+    assert!(pair.is_running(), "{}", pair.describe());
+}
+
+/// Clients that connect to the proxy listeners and stall their handshake
+/// held every `--max-proxy-handshakes` place until their deadline (10 s
+/// by default), and every new client was refused meanwhile, for as long
+/// as an attacker kept them coming (a slowloris; the old guest did). Now,
+/// at the bound, a new client takes the place of the oldest one not done
+/// 1 s after its accept: good SOCKS5 clients get their channels while 8
+/// stalled clients (here the cap) hold the places, one stalled client is
+/// closed for the first (an HTTP one hears 408) and the next ones find its
+/// place free again.
+#[test]
+fn stalled_proxy_clients_give_their_places_to_new_clients_at_the_cap() {
+    const CAP: usize = 8;
+    const DEADLINE: Duration = Duration::from_secs(20);
+    let runner = runner();
+    let echo = PeerRuntime::new().unwrap();
+    let target = echo.echo().unwrap();
+    let (mut pair, socks, http) = capped_proxy_pair(&runner, CAP, DEADLINE);
+    let rt = current_thread();
+    rt.block_on(async {
+        let stalled = stall_many(0..CAP, socks, http, Duration::from_secs(2)).await;
+        tokio::time::sleep(Duration::from_millis(1300)).await;
+        assert!(
+            stalled.iter().all(|c| !c.watch.is_finished()),
+            "stalled clients within the cap were closed"
+        );
+        for i in 0..3 {
+            let (code, took) = good_socks5(TcpStream::connect(socks).unwrap(), target).await;
+            assert_eq!(code, 0, "SOCKS5 reply to good client {i}");
+            assert!(
+                took < Duration::from_secs(1),
+                "good client {i} took {took:?}"
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let mut closed = Vec::new();
+        for c in stalled {
+            if c.watch.is_finished() {
+                let (got, _) = c.watch.await.unwrap();
+                closed.push((c.http, got));
+            } else {
+                c.watch.abort();
+            }
+        }
+        assert_eq!(
+            closed.len(),
+            1,
+            "stalled clients closed for three good ones"
+        );
+        let (was_http, got) = &closed[0];
+        if *was_http {
+            assert!(
+                got.starts_with(b"HTTP/1.1 408 "),
+                "got {:?}",
+                String::from_utf8_lossy(got)
+            );
+        } else {
+            assert!(got.is_empty(), "a SOCKS5 client got {got:?}");
+        }
     });
     assert!(pair.is_running(), "{}", pair.describe());
 }

@@ -662,6 +662,76 @@ async fn handshakes_past_the_bound_are_refused_at_once() {
     .expect("test deadline");
 }
 
+/// A client that connects and never finishes its request head holds a
+/// handshake place for `handshake_timeout` (10 s by default): as many of
+/// them as `max_handshakes_per_listener` shut every other client out
+/// with 503 for as long as an attacker keeps them coming (a slowloris;
+/// the old listener did). Now, at the bound, a new connection takes the
+/// place of the oldest one without a head 1 s after its accept: good
+/// clients upgrade at once, one silent connection is closed for the
+/// first and the next ones find its place free.
+#[tokio::test(flavor = "current_thread")]
+async fn silent_handshakes_give_their_places_to_new_clients_at_the_bound() {
+    tokio::time::timeout(Duration::from_secs(30), async {
+        let mut config = local_config();
+        config.limits.handshake_timeout = Duration::from_secs(25);
+        config.limits.max_handshakes_per_listener = 8;
+        let runner = runner(config);
+        let (listen, addr) = listen_address();
+        let guest = echo(&runner, &["server", &listen, "4"]);
+        let test = async {
+            drop(connect_when_up(addr).await);
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            // Half of them trickle a header byte every 250 ms.
+            let stalled: Vec<_> = (0..8).map(|i| hostile_upgrade(addr, i % 2 == 0)).collect();
+            tokio::time::sleep(Duration::from_millis(1300)).await;
+            let mut upgrades = Vec::new();
+            let mut closed = 0;
+            // The fourth client comes once the count is taken: the guest
+            // ends after four, and its listener's end closes the rest.
+            for i in 0..4 {
+                if i == 3 {
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                    closed = stalled.iter().filter(|s| s.is_finished()).count();
+                }
+                let good = peer_runtime().spawn(async move {
+                    let t0 = Instant::now();
+                    let (mut ws, _) =
+                        tokio_tungstenite::connect_async(format!("ws://{addr}/good{i}"))
+                            .await
+                            .expect("a good client was refused");
+                    let upgrade = t0.elapsed();
+                    ws.send(Message::Text("hi".into())).await.unwrap();
+                    let echoed = ws.next().await.unwrap().unwrap();
+                    ws.close(None).await.unwrap();
+                    while ws.next().await.is_some() {}
+                    (upgrade, echoed)
+                });
+                upgrades.push(good.await.unwrap());
+            }
+            for s in &stalled {
+                s.abort();
+            }
+            (upgrades, closed)
+        };
+        let (out, (upgrades, closed)) = tokio::join!(guest, test);
+        assert!(out.success(), "{}", show(&out));
+        for (upgrade, echoed) in upgrades {
+            assert_eq!(echoed, Message::Text("hi".into()));
+            assert!(
+                upgrade < Duration::from_millis(500),
+                "a good client's upgrade took {upgrade:?}"
+            );
+        }
+        assert_eq!(
+            closed, 1,
+            "silent connections closed for the three good clients (the first took one place, the next two found it free again)"
+        );
+    })
+    .await
+    .expect("test deadline");
+}
+
 /// Sends `request` on a fresh connection to `addr` and reads the answer
 /// until the host closes (at most 5 s).
 async fn answer_to(addr: SocketAddr, request: &[u8]) -> String {

@@ -109,11 +109,14 @@ pub struct HandshakeLimits {
     /// gaps between bytes. `--proxy-handshake-timeout-ms`; default 10 s
     /// (the host's WebSocket `handshake_timeout`).
     pub timeout: Duration,
-    /// Handshakes in progress at once, over all listeners. Past it a new
-    /// client is accepted and closed at once (an HTTP client gets `503
-    /// Service Unavailable`, a SOCKS5 client no reply: RFC 1928's first
-    /// answer is the method selection, which has no busy code), so the
-    /// accept loop never stops and the sockets held stay bounded.
+    /// Handshakes in progress at once, over all listeners. At the bound a
+    /// new client takes the place of the oldest one whose handshake is not
+    /// done 1 s after its accept (that one is closed: an HTTP client gets
+    /// `408 Request Timeout`); when there is none, the new client is
+    /// accepted and closed at once (an HTTP client gets `503 Service
+    /// Unavailable`, a SOCKS5 client no reply: RFC 1928's first answer is
+    /// the method selection, which has no busy code), so the accept loop
+    /// never stops and the sockets held stay bounded.
     /// `--max-proxy-handshakes`; default 256.
     pub max_in_progress: usize,
 }

@@ -1,0 +1,93 @@
+// Handshake places of a Node host listener (parity with
+// host/tests/integration/ws_hostile.rs
+// `silent_handshakes_give_their_places_to_new_clients_at_the_bound`):
+// clients that connect and never finish their request head used to hold
+// every `maxHandshakesPerListener` place until the handshake timeout, so
+// every other client got 503. At the bound a new connection now takes the
+// place of the oldest silent one 1 s after its accept; younger silent
+// ones keep theirs and the new connection gets 503.
+
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import net from "node:net";
+import crypto from "node:crypto";
+import { Host } from "../src/host.js";
+import { websocketImports } from "../src/websocket.js";
+import { HANDSHAKE_EVICT_AFTER_MS } from "../src/config.js";
+
+const CAP = 4;
+
+/** Connects, sends `first`, and records what comes back and when it closes. */
+function client(addr, first) {
+  const [host, port] = addr.split(":");
+  const sock = net.connect({ host, port: Number(port) });
+  const got = { bytes: Buffer.alloc(0), closed: false };
+  sock.on("error", () => {});
+  sock.on("connect", () => first && sock.write(first));
+  sock.on("data", (d) => (got.bytes = Buffer.concat([got.bytes, d])));
+  sock.on("close", () => (got.closed = true));
+  return { sock, got };
+}
+
+const upgradeHead = (addr) =>
+  `GET / HTTP/1.1\r\nHost: ${addr}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n` +
+  `Sec-WebSocket-Key: ${crypto.randomBytes(16).toString("base64")}\r\nSec-WebSocket-Version: 13\r\n\r\n`;
+
+async function until(what, f, ms = 5_000) {
+  const end = Date.now() + ms;
+  while (!f()) {
+    if (Date.now() > end) assert.fail(`not within ${ms} ms: ${what}`);
+    await new Promise((r) => setTimeout(r, 10));
+  }
+}
+
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+test("silent handshakes give their places to new clients at the bound", async () => {
+  const host = new Host({
+    policy: { listen: ["127.0.0.1:*"] },
+    limits: { maxHandshakesPerListener: CAP, handshakeTimeoutMs: 30_000 },
+  });
+  const listener = await websocketImports(host).listen("127.0.0.1:0", {});
+  const addr = listener.localAddress();
+  // CAP silent clients, half of them with half a request head.
+  const silent = [];
+  const others = [];
+  try {
+    await run(addr, listener, silent, others);
+  } finally {
+    for (const c of [...silent, ...others]) c.sock.destroy();
+    listener[Symbol.dispose]();
+  }
+});
+
+async function run(addr, listener, silent, others) {
+  for (let i = 0; i < CAP; i++) {
+    silent.push(client(addr, i % 2 ? "GET / HTTP/1.1\r\nX-Slow: " : null));
+    await sleep(20);
+  }
+  await sleep(100);
+  // Younger than the grace: a new client is refused.
+  const early = client(addr, upgradeHead(addr));
+  others.push(early);
+  await until("the early client's 503", () => early.got.closed);
+  assert.match(early.got.bytes.toString(), /^HTTP\/1\.1 503 /);
+  assert.ok(silent.every((c) => !c.got.closed), "a young silent client lost its place");
+  await sleep(HANDSHAKE_EVICT_AFTER_MS + 100);
+  // Past the grace: good clients upgrade; one silent client gave its place up.
+  for (let i = 0; i < 3; i++) {
+    const good = client(addr, upgradeHead(addr));
+    others.push(good);
+    await until(`good client ${i}'s 101`, () => good.got.bytes.includes("\r\n\r\n"));
+    assert.match(good.got.bytes.toString(), /^HTTP\/1\.1 101 /);
+    const stream = listener.accept();
+    assert.ok(stream, "the upgraded stream is queued for the guest");
+    good.sock.destroy();
+  }
+  await sleep(100);
+  assert.deepEqual(
+    silent.map((c) => c.got.closed),
+    [true, false, false, false],
+    "the oldest silent client gave its place to the first good one; the next ones found it free",
+  );
+}
