@@ -1,6 +1,6 @@
 """JMUX helpers: a `tether jmux tcp-listen://` process, targets, message codec."""
 import sys, socket, struct, threading, time, subprocess, os
-sys.path.insert(0, "/work/rt7")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from rt import TETHER, status, kill, drain_output
 
 def free_port():

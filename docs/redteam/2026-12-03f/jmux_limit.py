@@ -15,7 +15,7 @@ local clients on L and S while at the limit, CLOSE/re-OPEN churn, recovery after
 Usage: timeout 300 nice -n 19 python3 jmux_limit.py KIND [N_FILL]
 """
 import sys, os, socket, struct, time, threading, resource, select
-sys.path.insert(0, "/work/rt7")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from rt import status, kill, drain_output, TETHER
 from jm import OPEN, WADJ, DATA, EOF, CLOSE, free_port, msg
 import subprocess

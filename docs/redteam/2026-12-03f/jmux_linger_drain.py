@@ -12,7 +12,7 @@ closes). It CLOSEs the N channels at once and then, for DUR seconds, measures:
 Usage: timeout 300 nice -n 19 python3 jmux_linger_drain.py N [DUR]
 """
 import sys, os, socket, struct, time, threading, resource, select, subprocess
-sys.path.insert(0, "/work/rt7")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from rt import status, kill, drain_output, TETHER
 from jm import OPEN, WADJ, DATA, CLOSE, free_port
 

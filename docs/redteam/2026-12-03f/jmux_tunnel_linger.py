@@ -11,7 +11,7 @@ and does 50 round trips; B's and A's CPU are sampled.
 Usage: timeout 300 nice -n 19 python3 jmux_tunnel_linger.py KIND N [DUR]
 """
 import sys, os, socket, struct, time, threading, resource, subprocess, re
-sys.path.insert(0, "/work/rt7")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from rt import status, kill, drain_output, TETHER
 from jm import free_port
 

@@ -9,7 +9,7 @@ Usage: timeout 150 nice -n 19 python3 quic_responses.py KIND MB
 KIND: reset | vn | random
 """
 import sys, os, socket, time, subprocess, resource, re, struct
-sys.path.insert(0, "/work/rt7")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from rt import status, kill, ws_connect, frame, drain_output
 
 B = "/work/rt7/bin"; TETHER = B + "/tether"; Q = "/work/rt6/q"

@@ -8,7 +8,7 @@ MODE trickle: the N connections together send R garbage datagrams/s.
 Usage: timeout 300 nice -n 19 python3 quic_scale.py MODE [N...]
 """
 import sys, os, socket, time, subprocess, resource, re, threading, select
-sys.path.insert(0, "/work/rt7")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from rt import status, kill, ws_connect, frame, drain_output
 
 resource.setrlimit(resource.RLIMIT_NOFILE, (20000, 20000))

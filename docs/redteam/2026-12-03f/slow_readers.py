@@ -6,7 +6,7 @@ client's round trip at the end (same kind).
 Usage: timeout 300 nice -n 19 python3 slow_readers.py ws|tcp C [PER_MiB]
 """
 import sys, os, socket, time, resource
-sys.path.insert(0, "/work/rt7")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from rt import start_echo, status, kill, ws_connect, frame, read_frame, drain_output
 from jm import free_port
 

@@ -6,7 +6,7 @@ A live TCP client measures connect time and 32 B round trips in each phase.
 Usage: timeout 300 nice -n 19 python3 tcp_flood.py C [DUR]
 """
 import sys, os, socket, time, threading, resource, struct
-sys.path.insert(0, "/work/rt7")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from rt import start_echo, status, kill, drain_output
 from jm import free_port
 

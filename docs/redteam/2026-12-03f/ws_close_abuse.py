@@ -10,7 +10,7 @@ connection, and a live stream's round trip.
 Usage: timeout 300 nice -n 19 python3 ws_close_abuse.py MODE N [DUR]
 """
 import sys, os, socket, time, threading, resource, struct
-sys.path.insert(0, "/work/rt7")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from rt import start_echo, status, kill, ws_connect, frame, read_frame, drain_output, close_code
 
 resource.setrlimit(resource.RLIMIT_NOFILE, (20000, 20000))

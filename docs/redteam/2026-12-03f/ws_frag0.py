@@ -5,7 +5,7 @@ them (memory, CPU), and what does a live stream see meanwhile?
 Usage: timeout 300 nice -n 19 python3 ws_frag0.py P MILLION_FRAMES_PER_PEER [FRAGLEN]
 """
 import sys, os, socket, time, threading, resource
-sys.path.insert(0, "/work/rt7")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from rt import start_echo, status, kill, ws_connect, frame, read_frame, drain_output
 
 resource.setrlimit(resource.RLIMIT_NOFILE, (20000, 20000))

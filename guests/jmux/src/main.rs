@@ -67,6 +67,16 @@ const TCP_READ: u64 = 64 * 1024;
 /// Reads per channel per loop iteration, so one busy channel cannot starve
 /// the others.
 const READS_PER_TURN: usize = 4;
+/// How long a channel whose CLOSE went both ways keeps its socket, waiting
+/// for the other end to close, before it is released anyway and the socket
+/// dropped (the host's default `linger_timeout`). Without it a target that
+/// never closes held its channel against `--max-channels` for ever.
+const LINGER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+/// Bytes a lingering channel reads from its socket and throws away (they
+/// have no channel to go to) while it waits for the end of the stream;
+/// past it the socket is no longer read until [`LINGER_TIMEOUT`]. Without
+/// it a target that keeps sending was read at full speed for nobody.
+const LINGER_DISCARD_BYTES: usize = 64 * 1024;
 /// Pipe bytes handled per loop iteration before local work gets a turn.
 const PIPE_BYTES_PER_TURN: usize = 512 * 1024;
 /// Most pipe bytes handed to the session in one call. A WebSocket pipe
@@ -175,6 +185,7 @@ fn run(args: ProxyArgs, poll_all: bool) -> Result<(), String> {
         handshake_limits: args.handshakes,
         handshake_deadlines: VecDeque::new(),
         live_handshakes: 0,
+        linger_deadlines: VecDeque::new(),
         handshakes_cut: [0, 0, 0],
         connects: Vec::new(),
         free_connects: Vec::new(),
@@ -343,8 +354,12 @@ struct Chan {
     shut: bool,
     /// CLOSE went both ways and FIN was sent: the socket is kept (the
     /// channel stays in use) and read only to learn when the other end
-    /// closes; what it still sends is discarded.
-    lingering: bool,
+    /// closes; what it still sends is discarded, up to
+    /// [`LINGER_DISCARD_BYTES`]. Released at the end of the stream or at
+    /// this deadline ([`LINGER_TIMEOUT`] after it began), whichever first.
+    lingering: Option<Instant>,
+    /// Bytes discarded while lingering.
+    discarded: usize,
     /// A read or write on the socket failed: it is gone.
     failed: bool,
     /// On the dirty list.
@@ -408,7 +423,8 @@ impl Chan {
             writable: true,
             peer_eof: false,
             shut: false,
-            lingering: false,
+            lingering: None,
+            discarded: 0,
             failed: false,
             dirty: false,
             watch_read: false,
@@ -428,14 +444,17 @@ impl Chan {
         if self.forward.as_ref().is_some_and(Forward::holding) {
             return false;
         }
-        self.lingering || (self.opened && !self.read_stopped && !self.send_blocked)
+        if self.lingering.is_some() {
+            return self.discarded < LINGER_DISCARD_BYTES;
+        }
+        self.opened && !self.read_stopped && !self.send_blocked
     }
 
     /// Whether a pump would make progress without a new event (reads cut
     /// short by [`READS_PER_TURN`], bytes the session has not taken yet, an
     /// EOF to pass on).
     fn has_work(&self) -> bool {
-        if !self.opened || self.lingering || self.read_stopped {
+        if !self.opened || self.lingering.is_some() || self.read_stopped {
             return false;
         }
         if self.pending_off < self.pending.len() {
@@ -510,6 +529,10 @@ struct Proxy {
     handshake_deadlines: VecDeque<(Instant, usize)>,
     /// Handshakes in progress (live slots).
     live_handshakes: usize,
+    /// (deadline, channel) of the channels that began to linger, oldest
+    /// first (one timeout for all). Entries of channels released earlier
+    /// stay until they reach the front or the queue is compacted.
+    linger_deadlines: VecDeque<(Instant, ChannelId)>,
     /// Clients cut at their deadline, and refused past the bound (logged at
     /// powers of two, so a flood cannot flood the log).
     handshakes_cut: [u64; 3],
@@ -816,6 +839,7 @@ impl Proxy {
             }
             self.process_events();
             self.expire_handshakes(now);
+            self.expire_lingering(now);
             self.accept(now);
             self.progress_handshakes(now);
             self.progress_connects();
@@ -882,6 +906,7 @@ impl Proxy {
             if let Some(d) = deadline
                 .into_iter()
                 .chain(self.handshake_deadline())
+                .chain(self.linger_deadlines.front().map(|&(d, _)| d))
                 .chain(log_deadline)
                 .min()
             {
@@ -1543,28 +1568,38 @@ impl Proxy {
     /// use against the channel cap, until the socket is gone: FIN goes
     /// out once every byte the peer sent is written (the spec recommends
     /// delivering what came before CLOSE), then the guest waits for the
-    /// other end to close its side (EOF) or for the socket to fail. A
-    /// target that never reads never sees that FIN and keeps its channel
-    /// in use; OPENs past the cap are refused. (The host writes what it
-    /// buffers, and the kernel what it took, after a drop: dropping at
-    /// CLOSE let a peer that fills windows towards such a target, closes
-    /// and repeats open sockets without bound.)
+    /// other end to close its side (EOF) or for the socket to fail, at
+    /// most [`LINGER_TIMEOUT`] ([`Proxy::expire_lingering`]), reading and
+    /// discarding at most [`LINGER_DISCARD_BYTES`] meanwhile. A target
+    /// that never reads, or never closes, keeps its channel in use that
+    /// long; OPENs past the cap are refused meanwhile. (The host writes
+    /// what it buffers, and the kernel what it took, after a drop:
+    /// dropping at CLOSE let a peer that fills windows towards such a
+    /// target, closes and repeats open sockets without bound; the
+    /// deadline bounds them to `--max-channels` per `LINGER_TIMEOUT`.)
     fn release_if_gone(&mut self, id: ChannelId) {
-        let Proxy { chans, session, .. } = self;
+        let Proxy {
+            chans,
+            session,
+            linger_deadlines,
+            ..
+        } = self;
         let Some(chan) = chans[id.0 as usize].as_mut() else {
             return;
         };
         if !chan.opened || !chan.out.is_empty() || !session.peek(id).is_ok_and(<[u8]>::is_empty) {
             return;
         }
-        if !chan.lingering {
+        if chan.lingering.is_none() {
             if !session
                 .channel(id)
                 .is_some_and(|c| c.close_sent && c.close_received)
             {
                 return;
             }
-            chan.lingering = true;
+            let deadline = Instant::now() + LINGER_TIMEOUT;
+            chan.lingering = Some(deadline);
+            linger_deadlines.push_back((deadline, id));
             // Wait on the input pollable: ready on bytes, EOF or an error.
             chan.readable = false;
             chan.send_blocked = false;
@@ -1578,6 +1613,39 @@ impl Proxy {
         if chan.read_eof || chan.failed {
             chans[id.0 as usize] = None;
             let _ = session.release(id);
+        }
+    }
+
+    /// Releases the channels whose linger deadline has passed: the socket
+    /// is dropped (the host sends what it still queues within its own
+    /// `linger_timeout`, then resets) and the channel's place is free.
+    /// O(1) when none is due; the queue is compacted when entries of
+    /// channels released earlier outnumber the channels.
+    fn expire_lingering(&mut self, now: Instant) {
+        while let Some(&(deadline, id)) = self.linger_deadlines.front() {
+            if deadline > now {
+                break;
+            }
+            self.linger_deadlines.pop_front();
+            let idx = id.0 as usize;
+            if self
+                .chans
+                .get(idx)
+                .and_then(Option::as_ref)
+                .is_some_and(|c| c.lingering == Some(deadline))
+            {
+                self.chans[idx] = None;
+                let _ = self.session.release(id);
+            }
+        }
+        if self.linger_deadlines.len() > 2 * self.chans.len() + 64 {
+            let chans = &self.chans;
+            self.linger_deadlines.retain(|&(deadline, id)| {
+                chans
+                    .get(id.0 as usize)
+                    .and_then(Option::as_ref)
+                    .is_some_and(|c| c.lingering == Some(deadline))
+            });
         }
     }
 
@@ -1659,17 +1727,23 @@ impl Proxy {
     fn pump_read(&mut self, id: ChannelId, now: Instant) -> Result<(), String> {
         let idx = id.0 as usize;
         if let Some(chan) = self.chans[idx].as_mut()
-            && chan.lingering
+            && chan.lingering.is_some()
         {
             // Only to learn when the other end closes; its bytes have no
-            // channel to go to any more.
+            // channel to go to any more. Past LINGER_DISCARD_BYTES the
+            // socket is not read (`wants_read`) until the deadline.
             for _ in 0..READS_PER_TURN {
-                if !chan.readable || chan.read_eof || chan.failed {
+                if !chan.readable
+                    || chan.read_eof
+                    || chan.failed
+                    || chan.discarded >= LINGER_DISCARD_BYTES
+                {
                     break;
                 }
-                match chan.conn.input.read(TCP_READ) {
+                let room = (LINGER_DISCARD_BYTES - chan.discarded) as u64;
+                match chan.conn.input.read(TCP_READ.min(room)) {
                     Ok(b) if b.is_empty() => chan.readable = false,
-                    Ok(_) => {}
+                    Ok(b) => chan.discarded += b.len(),
                     Err(StreamError::Closed) => chan.read_eof = true,
                     Err(StreamError::LastOperationFailed(_)) => chan.failed = true,
                 }

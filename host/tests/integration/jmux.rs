@@ -1364,7 +1364,7 @@ fn every_loopback_spelling_through_socks5_and_http_connect_meets_the_rules() {
 }
 
 /// The answer to our OPEN of `id`, skipping what the guest sends on other
-/// channels (WINDOW ADJUST, CLOSE replies).
+/// channels (WINDOW ADJUST, DATA, EOF, CLOSE replies).
 async fn answer_to(peer: &mut RawPeer, id: u32) -> Message {
     loop {
         match peer.next().await.expect("session alive") {
@@ -1376,7 +1376,10 @@ async fn answer_to(peer: &mut RawPeer, id: u32) -> Message {
                 recipient_channel_id,
                 ..
             }) if recipient_channel_id == id => return m,
-            Message::WindowAdjust { .. } | Message::Close { .. } => {}
+            Message::WindowAdjust { .. }
+            | Message::Close { .. }
+            | Message::Data { .. }
+            | Message::Eof { .. } => {}
             other => panic!("unexpected {other:?} while waiting for the answer to OPEN {id}"),
         }
     }
@@ -1530,6 +1533,110 @@ fn closed_channels_count_against_the_cap_until_their_target_socket_is_gone() {
         }
         // Checked while the pipe is still open: once this block drops the
         // peer, the guest ends as it should.
+        assert!(!g.is_finished(), "the server guest ended");
+    });
+}
+
+/// The red team of 2026-12-03, seventh round: after CLOSE went both ways
+/// the guest read its target socket until the target closed, discarding
+/// what came, with no byte bound and no deadline. A target that keeps
+/// sending was read at full speed for nobody (100 such channels: 1.7-2.0
+/// GB/s, the loop at 95% CPU, a live channel's round trip 50 ms), and a
+/// target that never closes held its channel against `--max-channels` for
+/// ever (0 of 100 OPENs accepted 12 s after closing 1,024). Now a
+/// lingering channel reads at most 64 KiB and is released 5 s after CLOSE
+/// (`LINGER_TIMEOUT`): the target's writes stall, a new OPEN is refused
+/// while both places linger and accepted after, and the target's sockets
+/// end.
+#[test]
+fn lingering_channels_read_little_and_are_released_at_the_linger_deadline() {
+    use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+    const CAP: u32 = 2;
+    let runner = runner();
+    let (g, port) = server_guest(
+        &runner,
+        &["--allow-all", "--max-channels", &CAP.to_string()],
+    );
+    let rt = current_thread();
+    rt.block_on(async {
+        // The target: writes 64 KiB after 64 KiB on every connection until
+        // a write fails; never reads, never closes.
+        let listener = tokio::net::TcpListener::bind(local(0)).await.unwrap();
+        let source = listener.local_addr().unwrap();
+        let written = Arc::new(AtomicU64::new(0));
+        let ended = Arc::new(AtomicUsize::new(0));
+        let (w, e) = (written.clone(), ended.clone());
+        tokio::spawn(async move {
+            while let Ok((mut tcp, _)) = listener.accept().await {
+                let (w, e) = (w.clone(), e.clone());
+                tokio::spawn(async move {
+                    use tokio::io::AsyncWriteExt;
+                    let chunk = vec![0x42u8; 64 * 1024];
+                    while let Ok(n) = tcp.write(&chunk).await {
+                        w.fetch_add(n as u64, Ordering::Relaxed);
+                    }
+                    e.fetch_add(1, Ordering::Relaxed);
+                });
+            }
+        });
+        let mut peer = RawPeer::connect(port).await;
+        let mut remote = Vec::new();
+        for id in 0..CAP {
+            peer.send(&open(id, &format!("tcp://{source}"))).await;
+            match answer_to(&mut peer, id).await {
+                Message::OpenSuccess {
+                    sender_channel_id, ..
+                } => remote.push(sender_channel_id),
+                other => panic!("OPEN {id}: {other:?}"),
+            }
+        }
+        peer.send_all(remote.iter().map(|&r| Message::Close {
+            recipient_channel_id: r,
+        }))
+        .await;
+        let mut closes = 0;
+        while closes < CAP {
+            match peer.next().await.expect("session alive") {
+                Message::Close { .. } => closes += 1,
+                Message::Data { .. } | Message::WindowAdjust { .. } | Message::Eof { .. } => {}
+                other => panic!("unexpected {other:?}"),
+            }
+        }
+        let closed_at = Instant::now();
+        let at_close = written.load(Ordering::Relaxed);
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let after = written.load(Ordering::Relaxed) - at_close;
+        eprintln!("the target wrote {after} bytes in the 2 s after CLOSE");
+        assert!(
+            after < 32 << 20,
+            "the guest read {} MiB of a closed channel's target in 2 s",
+            after >> 20
+        );
+        // Both places still linger: refused.
+        peer.send(&open(10, &format!("tcp://{source}"))).await;
+        assert!(
+            matches!(answer_to(&mut peer, 10).await, Message::OpenFailure { .. }),
+            "an OPEN past the cap was accepted while both closed channels linger"
+        );
+        // Released 5 s after CLOSE: a new OPEN is accepted.
+        tokio::time::sleep(
+            Duration::from_secs(5).saturating_sub(closed_at.elapsed())
+                + Duration::from_millis(1500),
+        )
+        .await;
+        peer.send(&open(11, &format!("tcp://{source}"))).await;
+        match answer_to(&mut peer, 11).await {
+            Message::OpenSuccess { .. } => {}
+            other => panic!("no channel released 6.5 s after CLOSE: {other:?}"),
+        }
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while ended.load(Ordering::Relaxed) < CAP as usize {
+            assert!(
+                Instant::now() < deadline,
+                "the target's sockets of the released channels never ended"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
         assert!(!g.is_finished(), "the server guest ended");
     });
 }
