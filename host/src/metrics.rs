@@ -589,7 +589,10 @@ async fn answer(
             }
         }
     };
-    head_read.set();
+    if !head_read.set() {
+        // A new connection took this place just as the head came in.
+        return Err(std::io::ErrorKind::ConnectionAborted.into());
+    }
     let path = path.split_once('?').map_or(path.as_str(), |(p, _)| p);
     let answer = match (method.as_str(), path) {
         ("GET", "/metrics") => {

@@ -15,10 +15,10 @@
 //! handshake enters the queue once and leaves it once; the queue is
 //! compacted when ended entries outnumber live ones).
 
-use std::collections::VecDeque;
+use std::collections::{HashSet, VecDeque};
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::time::Duration;
 
 use tokio::task::{AbortHandle, JoinSet};
@@ -30,19 +30,35 @@ use tokio::time::Instant;
 /// connections cannot push out one whose head is on its way.
 pub(crate) const EVICT_AFTER: Duration = Duration::from_secs(1);
 
-/// Set by a handshake once the client's request head has arrived; from
-/// then on the handshake keeps its place until it ends.
+const SILENT: u8 = 0;
+const HEAD: u8 = 1;
+const EVICTED: u8 = 2;
+
+/// Whether a handshake's request head has arrived, or it gave its place
+/// up: one of the two wins, whichever thread each runs on. From the head
+/// on, the handshake keeps its place until it ends.
 #[derive(Clone, Default)]
-pub(crate) struct HeadArrived(Arc<AtomicBool>);
+pub(crate) struct HeadArrived(Arc<AtomicU8>);
 
 impl HeadArrived {
-    /// Marks the head as arrived.
-    pub(crate) fn set(&self) {
-        self.0.store(true, Ordering::Release);
+    /// Marks the head as arrived. Returns `false` if the handshake already
+    /// gave its place up (it is being aborted): it must stop at once, and
+    /// take nothing (a backlog slot) it would not give back.
+    pub(crate) fn set(&self) -> bool {
+        self.0
+            .compare_exchange(SILENT, HEAD, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
     }
 
-    fn get(&self) -> bool {
-        self.0.load(Ordering::Acquire)
+    fn arrived(&self) -> bool {
+        self.0.load(Ordering::Acquire) == HEAD
+    }
+
+    /// Gives the place up, unless the head arrived first.
+    fn evict(&self) -> bool {
+        self.0
+            .compare_exchange(SILENT, EVICTED, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
     }
 }
 
@@ -73,8 +89,9 @@ pub(crate) struct Places {
     max: usize,
     tasks: JoinSet<()>,
     /// Tasks aborted by an eviction that the set has not yet joined: they
-    /// hold no place.
-    aborted: usize,
+    /// hold no place. By task id: an aborted task may still end on its
+    /// own (the abort raced its last poll on another thread).
+    aborted: HashSet<tokio::task::Id>,
     /// Handshakes that may give their place up, in accept order; entries
     /// whose task ended or whose head arrived are dropped as they reach
     /// the front (or by compaction).
@@ -87,28 +104,28 @@ impl Places {
         Places {
             max: max.max(1),
             tasks: JoinSet::new(),
-            aborted: 0,
+            aborted: HashSet::new(),
             queue: VecDeque::new(),
         }
     }
 
     /// Handshakes holding a place now.
     pub(crate) fn live(&self) -> usize {
-        self.tasks.len() - self.aborted
+        self.tasks.len().saturating_sub(self.aborted.len())
     }
 
-    fn joined(&mut self, result: Result<(), tokio::task::JoinError>) {
-        if let Err(e) = result
-            && e.is_cancelled()
-        {
-            self.aborted = self.aborted.saturating_sub(1);
-        }
+    fn joined(&mut self, result: Result<(tokio::task::Id, ()), tokio::task::JoinError>) {
+        let id = match result {
+            Ok((id, ())) => id,
+            Err(e) => e.id(),
+        };
+        self.aborted.remove(&id);
     }
 
     /// Waits until a handshake ends and takes it out (never resolves while
     /// none runs: for a `select!` beside the accept).
     pub(crate) async fn join_next(&mut self) {
-        match self.tasks.join_next().await {
+        match self.tasks.join_next_with_id().await {
             Some(result) => self.joined(result),
             None => std::future::pending().await,
         }
@@ -116,7 +133,7 @@ impl Places {
 
     /// Takes out every handshake that has ended, without waiting.
     fn reap(&mut self) {
-        while let Some(result) = self.tasks.try_join_next() {
+        while let Some(result) = self.tasks.try_join_next_with_id() {
             self.joined(result);
         }
     }
@@ -130,7 +147,7 @@ impl Places {
             return Room::Free;
         }
         while let Some(front) = self.queue.front() {
-            if front.task.is_finished() || front.head.get() {
+            if front.task.is_finished() || front.head.arrived() {
                 self.queue.pop_front();
                 continue;
             }
@@ -138,8 +155,13 @@ impl Places {
                 return Room::Full;
             }
             let entry = self.queue.pop_front().expect("front exists");
+            if !entry.head.evict() {
+                // The head arrived just now: it keeps its place.
+                continue;
+            }
             entry.task.abort();
-            self.aborted += 1;
+            // Still in the set until joined, however it ends.
+            self.aborted.insert(entry.task.id());
             return Room::Evicted(entry.peer);
         }
         Room::Full
@@ -161,7 +183,7 @@ impl Places {
         });
         if self.queue.len() > 2 * self.live() + 64 {
             self.queue
-                .retain(|e| !e.task.is_finished() && !e.head.get());
+                .retain(|e| !e.task.is_finished() && !e.head.arrived());
         }
     }
 }
@@ -186,10 +208,12 @@ mod tests {
             places.spawn(peer(i as u16 + 1), head.clone(), std::future::pending());
         }
         assert_eq!(places.make_room(Instant::now()), Room::Full);
-        heads[0].set();
+        assert!(heads[0].set());
         let later = Instant::now() + EVICT_AFTER;
         // The first one sent its head: the second is the oldest silent one.
         assert_eq!(places.make_room(later), Room::Evicted(peer(2)));
+        // Its head, arriving now, is too late: the handshake must stop.
+        assert!(!heads[1].set());
         assert_eq!(places.live(), 2);
         places.spawn(peer(4), HeadArrived::default(), std::future::pending());
         assert_eq!(places.make_room(later), Room::Evicted(peer(3)));

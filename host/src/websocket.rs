@@ -1598,7 +1598,10 @@ async fn accept_one(
                 return;
             }
         };
-    arrived.set();
+    if !arrived.set() {
+        // A new connection took this place just as the head came in.
+        return;
+    }
     if let Err(refusal) = upgrade::check(&head) {
         // A response this short fits the fresh socket's send buffer.
         let _ = tcp.try_write(&refusal.response());

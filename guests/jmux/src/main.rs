@@ -901,6 +901,9 @@ impl Proxy {
             // Lines left out of the log whose interval ended get their
             // count now; a later one sets the timer.
             let log_deadline = self.flush_logs(Instant::now());
+            // Channels released at EOF this turn leave their linger
+            // entries at the front: gone before the timer is set.
+            self.expire_lingering(Instant::now());
             // A handshake deadline already past fires the timer at once;
             // the next turn closes it.
             if let Some(d) = deadline
@@ -1570,13 +1573,14 @@ impl Proxy {
     /// delivering what came before CLOSE), then the guest waits for the
     /// other end to close its side (EOF) or for the socket to fail, at
     /// most [`LINGER_TIMEOUT`] ([`Proxy::expire_lingering`]), reading and
-    /// discarding at most [`LINGER_DISCARD_BYTES`] meanwhile. A target
-    /// that never reads, or never closes, keeps its channel in use that
-    /// long; OPENs past the cap are refused meanwhile. (The host writes
-    /// what it buffers, and the kernel what it took, after a drop:
-    /// dropping at CLOSE let a peer that fills windows towards such a
-    /// target, closes and repeats open sockets without bound; the
-    /// deadline bounds them to `--max-channels` per `LINGER_TIMEOUT`.)
+    /// discarding at most [`LINGER_DISCARD_BYTES`] meanwhile: a target
+    /// that never closes keeps its channel in use that long. The clock
+    /// starts once the peer's bytes are all written: a target that never
+    /// reads them keeps its channel in use until its socket fails, with
+    /// no time bound (OPENs past the cap are refused meanwhile). (The
+    /// host writes what it buffers, and the kernel what it took, after a
+    /// drop: dropping at CLOSE let a peer that fills windows towards such
+    /// a target, closes and repeats open sockets without bound.)
     fn release_if_gone(&mut self, id: ChannelId) {
         let Proxy {
             chans,
@@ -1623,17 +1627,19 @@ impl Proxy {
     /// channels released earlier outnumber the channels.
     fn expire_lingering(&mut self, now: Instant) {
         while let Some(&(deadline, id)) = self.linger_deadlines.front() {
-            if deadline > now {
-                break;
-            }
-            self.linger_deadlines.pop_front();
             let idx = id.0 as usize;
-            if self
+            let live = self
                 .chans
                 .get(idx)
                 .and_then(Option::as_ref)
-                .is_some_and(|c| c.lingering == Some(deadline))
-            {
+                .is_some_and(|c| c.lingering == Some(deadline));
+            // An entry of a channel released earlier (at EOF) goes at
+            // once: it must not set the loop's timer.
+            if live && deadline > now {
+                break;
+            }
+            self.linger_deadlines.pop_front();
+            if live {
                 self.chans[idx] = None;
                 let _ = self.session.release(id);
             }

@@ -1849,7 +1849,7 @@ fn proxy_handshakes_past_the_cap_are_refused_at_once_and_the_loop_goes_on() {
         tokio::time::sleep(Duration::from_millis(100)).await;
         let held = stall_many(1..CAP, socks, http, DEADLINE).await;
         // Let the guest take them all before the extra ones come.
-        tokio::time::sleep(Duration::from_millis(300)).await;
+        tokio::time::sleep(Duration::from_millis(150)).await;
         assert!(
             held.iter().all(|c| !c.watch.is_finished()),
             "clients within the cap were closed"
@@ -1862,6 +1862,13 @@ fn proxy_handshakes_past_the_cap_are_refused_at_once_and_the_loop_goes_on() {
             let proxy = if http_client { http } else { socks };
             refused.push(stall(proxy, http_client, b"", Duration::from_millis(500)).await);
         }
+        // Past 1 s a new client would take the silent early client's place
+        // instead of being refused (the guest's EVICT_AFTER).
+        assert!(
+            early_at.elapsed() < Duration::from_millis(900),
+            "the test was too slow: the extra clients came {:?} after the early one",
+            early_at.elapsed()
+        );
         let mut wrong = Vec::new();
         for (i, c) in refused.into_iter().enumerate() {
             let (got, closed) = c.watch.await.unwrap();
