@@ -68,7 +68,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Run a guest component built against the Tether world.
-    Run(run::RunArgs),
+    Run(Box<run::RunArgs>),
     /// Echo round trips through a guest next to a native client, on an
     /// embedded server (or --url), with the ratios.
     Demo(demo::DemoArgs),
@@ -119,6 +119,11 @@ pub struct HostArgs {
     /// its stream with close code 1013 (1 to 2^40).
     #[arg(long, default_value_t = Limits::default().max_assembling_bytes, value_parser = byte_size())]
     pub max_assembling_bytes: usize,
+    /// Bytes queued in message streams' buffers over all streams, past
+    /// each stream's first 64 KiB each way; at it, such streams stop
+    /// reading or would block until there is room (1 to 2^40).
+    #[arg(long, default_value_t = Limits::default().max_buffered_bytes, value_parser = byte_size())]
+    pub max_buffered_bytes: usize,
     /// Outbound buffer per message stream, bytes (1 to 2^40).
     #[arg(long, default_value_t = Limits::default().outbound_buffer_bytes, value_parser = byte_size())]
     pub outbound_buffer_bytes: usize,
@@ -236,6 +241,7 @@ impl HostArgs {
                 max_message_bytes: self.max_message_bytes,
                 inbound_buffer_bytes: self.inbound_buffer_bytes,
                 max_assembling_bytes: self.max_assembling_bytes,
+                max_buffered_bytes: self.max_buffered_bytes,
                 outbound_buffer_bytes: self.outbound_buffer_bytes,
                 max_handshakes_per_listener: self.max_handshakes_per_listener,
                 max_dns_lookups: self.max_dns_lookups,
@@ -348,7 +354,7 @@ fn main() -> ExitCode {
 
 async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
-        Command::Run(args) => run::run(args).await,
+        Command::Run(args) => run::run(*args).await,
         Command::Demo(args) => demo::demo(args).await,
         Command::Jmux(args) => jmux::jmux(args).await,
         Command::Bench(command) => bench::bench(command).await,

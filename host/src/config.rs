@@ -35,6 +35,19 @@ pub struct Limits {
     /// soon as a fragment's header would take it past `max_message_bytes`,
     /// before its payload is read (RFC 6455 section 10.4). Default 256 MiB.
     pub max_assembling_bytes: usize,
+    /// Bytes queued in message streams' inbound and outbound buffers,
+    /// summed over every stream of the host. Each stream queues its first
+    /// [`crate::websocket::BUFFER_ALLOWANCE_BYTES`] (64 KiB) each way
+    /// outside this budget; past that, while the sum is at the budget, the
+    /// stream stops reading its socket (TCP pushes back) and its `send`
+    /// returns `would-block`, until its own queue drains below the
+    /// allowance or the sum is under the budget again (either wakes it).
+    /// Nothing is dropped or failed: it bounds what peers that never read
+    /// pin in host memory, whatever their number, to the budget plus 128
+    /// KiB a stream. Checked before a message is queued, so one message a
+    /// stream and direction may pass it. TCP write buffers are not in it
+    /// (`tcp_write_buffer_bytes` bounds each). Default 256 MiB.
+    pub max_buffered_bytes: usize,
     /// Outbound buffer per message stream, bytes. When full, `send` returns
     /// `would-block` and `subscribe-send` wakes the guest once there is room.
     /// Counted as the inbound buffer is (payload plus 64 bytes a message).
@@ -146,6 +159,7 @@ impl Default for Limits {
             inbound_buffer_bytes: 1 << 20,
             outbound_buffer_bytes: 1 << 20,
             max_assembling_bytes: 256 << 20,
+            max_buffered_bytes: 256 << 20,
             max_batch_messages: 1024,
             tcp_write_buffer_bytes: 256 << 10,
             tcp_read_chunk_bytes: 64 << 10,

@@ -113,6 +113,23 @@ pub struct Stats {
     tcp_queued: std::sync::atomic::AtomicUsize,
     assembling: std::sync::atomic::AtomicUsize,
     peak_assembling: std::sync::atomic::AtomicUsize,
+    /// Streams held back by `max_buffered_bytes`, woken once the sum is
+    /// under it again (a queue held back waits on its own signals, which
+    /// another stream's release does not touch).
+    held_back: std::sync::Mutex<Vec<std::sync::Weak<dyn HeldBack>>>,
+    any_held_back: std::sync::atomic::AtomicBool,
+}
+
+/// A stream held back by the `max_buffered_bytes` budget.
+pub(crate) trait HeldBack: Send + Sync {
+    /// Re-checks its conditions (wakes its own signals).
+    fn budget_freed(&self);
+}
+
+impl std::fmt::Debug for dyn HeldBack {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("HeldBack")
+    }
 }
 
 impl Stats {
@@ -125,6 +142,41 @@ impl Stats {
     pub fn peak_buffered_bytes(&self) -> usize {
         self.peak_buffered
             .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Whether message streams' queues hold fewer bytes than `budget` now
+    /// (`Limits::max_buffered_bytes`).
+    pub(crate) fn buffer_room(&self, budget: usize) -> bool {
+        self.buffered_bytes() < budget
+    }
+
+    /// Remembers `stream`, held back by the budget, for
+    /// [`Stats::budget_released`].
+    pub(crate) fn hold_back(&self, stream: std::sync::Weak<dyn HeldBack>) {
+        let mut list = self.held_back.lock().unwrap_or_else(|e| e.into_inner());
+        list.push(stream);
+        self.any_held_back
+            .store(true, std::sync::atomic::Ordering::Release);
+    }
+
+    /// After bytes left a buffer: when streams are held back and the sum
+    /// is under `budget` again, wakes each of them once (O(streams held
+    /// back); nothing when none is).
+    pub(crate) fn budget_released(&self, budget: usize) {
+        use std::sync::atomic::Ordering;
+        if !self.any_held_back.load(Ordering::Acquire) || !self.buffer_room(budget) {
+            return;
+        }
+        let list = {
+            let mut list = self.held_back.lock().unwrap_or_else(|e| e.into_inner());
+            self.any_held_back.store(false, Ordering::Release);
+            std::mem::take(&mut *list)
+        };
+        for s in list {
+            if let Some(s) = s.upgrade() {
+                s.budget_freed();
+            }
+        }
     }
 
     pub(crate) fn add_buffered(&self, n: usize) {

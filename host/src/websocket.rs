@@ -92,6 +92,12 @@ pub const PONG_DEBT_BYTES: usize = 16 * 1024;
 /// about this size never fail for what other streams hold.
 pub const ASSEMBLY_ALLOWANCE_BYTES: usize = 64 * 1024;
 
+/// Bytes each message stream queues each way (inbound and outbound)
+/// outside the host's `max_buffered_bytes` budget (see
+/// [`crate::config::Limits::max_buffered_bytes`]): a stream with less than
+/// this queued always makes progress, whatever other streams hold.
+pub const BUFFER_ALLOWANCE_BYTES: usize = 64 * 1024;
+
 /// Close code "Try Again Later" (IANA WebSocket close code registry): the
 /// host failed the connection because it holds `max_assembling_bytes` of
 /// unfinished inbound messages already.
@@ -158,6 +164,9 @@ pub(crate) struct Shared {
     max_message: usize,
     inbound_limit: usize,
     outbound_limit: usize,
+    /// `max_buffered_bytes`: past [`BUFFER_ALLOWANCE_BYTES`] each way, a
+    /// queue grows only while the host-wide sum is under it.
+    buffer_budget: usize,
     /// `max_batch_messages`: what one `send-many` takes or one
     /// `receive-many` returns at most, messages.
     max_batch: usize,
@@ -267,6 +276,7 @@ impl Shared {
             st.inbound.clear();
         }
         self.stats.sub_buffered(freed);
+        self.stats.budget_released(self.buffer_budget);
         st.read_end.get_or_insert(ErrorCode::Closed);
         st.close_info.get_or_insert(CloseInfo {
             code: CLOSE_ABNORMAL,
@@ -286,18 +296,46 @@ impl Shared {
     /// [`queued_len`]) off the inbound buffer, and wakes the reader task
     /// when that made room in a full buffer.
     fn release_inbound(&self, mut st: MutexGuard<'_, State>, queued: usize) {
-        let was_full = st.inbound_bytes >= self.inbound_limit;
+        let was_full = !self.inbound_open(&st);
         st.inbound_bytes -= queued;
         self.stats.sub_buffered(queued);
+        self.stats.budget_released(self.buffer_budget);
         if st.inbound.is_empty() && st.queued_charge > 0 {
             self.stats
                 .sub_assembling(std::mem::take(&mut st.queued_charge));
         }
-        let has_room = st.inbound_bytes < self.inbound_limit;
+        let has_room = self.inbound_open(&st);
         drop(st);
         if was_full && has_room {
             self.inbound_room.wake();
         }
+    }
+
+    /// Whether a queue holding `held` bytes may take `more`: within the
+    /// stream's [`BUFFER_ALLOWANCE_BYTES`], or while the host-wide
+    /// `max_buffered_bytes` budget has room. A queue held back by the
+    /// budget goes on once the guest (inbound) or the peer (outbound)
+    /// drains it below the allowance (its own progress wakes it), or once
+    /// the sum is under the budget again: a refused stream is remembered
+    /// ([`crate::Stats::hold_back`]) and woken by the release that makes
+    /// room ([`crate::Stats::budget_released`]), as a readiness-set
+    /// registration re-checks its condition only when its stream's signal
+    /// fires.
+    fn budget_allows(&self, held: usize, more: usize) -> bool {
+        if held.saturating_add(more) <= BUFFER_ALLOWANCE_BYTES
+            || self.stats.buffer_room(self.buffer_budget)
+        {
+            return true;
+        }
+        let me: std::sync::Weak<dyn crate::HeldBack> = self.me.clone();
+        self.stats.hold_back(me);
+        false
+    }
+
+    /// Whether the reader task may read the socket for more messages: the
+    /// inbound queue is under its bound and the budget allows it.
+    fn inbound_open(&self, st: &State) -> bool {
+        st.inbound_bytes < self.inbound_limit && self.budget_allows(st.inbound_bytes, 0)
     }
 
     /// Whether the writer task has nothing to do: a send now may write
@@ -321,7 +359,10 @@ impl Shared {
             return Err(e.clone());
         }
         let len = queued_len(payload);
-        if st.outbound_bytes > 0 && st.outbound_bytes + len > self.outbound_limit {
+        if st.outbound_bytes > 0
+            && (st.outbound_bytes + len > self.outbound_limit
+                || !self.budget_allows(st.outbound_bytes, len))
+        {
             st.blocked_len = len;
             return Err(ErrorCode::WouldBlock);
         }
@@ -432,6 +473,7 @@ impl Shared {
                 let len = queued_len(m.len());
                 st.outbound_bytes -= len;
                 self.stats.sub_buffered(len);
+                self.stats.budget_released(self.buffer_budget);
                 m
             };
             sink.as_mut().start_send(message)?;
@@ -452,11 +494,19 @@ impl Shared {
     fn can_send(&self) -> bool {
         let st = self.lock();
         st.outbound_bytes == 0
-            || st.outbound_bytes + st.blocked_len <= self.outbound_limit
+            || (st.outbound_bytes + st.blocked_len <= self.outbound_limit
+                && self.budget_allows(st.outbound_bytes, st.blocked_len))
             || st.close_queued
             || st.read_end.is_some()
             || st.write_error.is_some()
             || st.dropped
+    }
+}
+
+impl crate::HeldBack for Shared {
+    fn budget_freed(&self) {
+        self.inbound_room.wake();
+        self.writable.wake();
     }
 }
 
@@ -593,6 +643,7 @@ impl MessageStream {
             // would never read the socket).
             inbound_limit: limits.inbound_buffer_bytes.max(1),
             outbound_limit: limits.outbound_buffer_bytes,
+            buffer_budget: limits.max_buffered_bytes,
             max_batch: limits.max_batch_messages.max(1),
             readable: Signal::default(),
             writable: Signal::default(),
@@ -910,7 +961,8 @@ async fn read_loop<S>(
             .inbound_room
             .wait_until(|| {
                 let st = shared.lock();
-                st.inbound_bytes < shared.inbound_limit
+                (shared.inbound_open(&st)
+                    || (st.write_error.is_some() && st.inbound_bytes < shared.inbound_limit))
                     && (st.pong_debt <= PONG_DEBT_BYTES || st.write_error.is_some())
             })
             .await;
@@ -1051,6 +1103,7 @@ fn drive(shared: &Shared, cx: &mut Context<'_>) -> Poll<Result<Drained, tungsten
                 };
                 st.outbound_bytes -= len;
                 shared.stats.sub_buffered(len);
+                shared.stats.budget_released(shared.buffer_budget);
                 st.flush_pending = true;
                 if let WsMessage::Close(frame) = &m {
                     st.close_started = true;

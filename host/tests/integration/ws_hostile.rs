@@ -732,6 +732,101 @@ async fn silent_handshakes_give_their_places_to_new_clients_at_the_bound() {
     .expect("test deadline");
 }
 
+/// The red team of 2026-12-03, seventh round: a client that sends and
+/// never reads pinned both of its stream's 1 MiB buffers in host memory
+/// (echoes it does not read, then messages the guest stops taking), with
+/// no host-wide bound: 1,000 of them took the process to 957 MiB. Now past
+/// 64 KiB each way (`BUFFER_ALLOWANCE_BYTES`) a queue grows only while the
+/// host-wide `max_buffered_bytes` (here 4 MiB) has room: 20 such clients
+/// pin at most the budget plus their allowances (the old host: about 40
+/// MiB), a client that reads still gets its echoes (a 1 MiB message too),
+/// and once the slow clients go, every stream ends and the guest with them
+/// (a first version missed the wake-up of streams held back by the budget
+/// when it had room again: the guest waited for ever).
+#[tokio::test(flavor = "current_thread")]
+async fn slow_readers_pin_at_most_the_host_buffer_budget() {
+    const SLOW: usize = 20;
+    const BUDGET: usize = 4 << 20;
+    tokio::time::timeout(Duration::from_secs(60), async {
+        let mut config = local_config();
+        config.limits.max_buffered_bytes = BUDGET;
+        let runner = runner(config);
+        let (listen, addr) = listen_address();
+        let total = (SLOW + 1).to_string();
+        let guest = echo(&runner, &["server", &listen, &total]);
+        let stats = runner.host().stats.clone();
+        let test = async {
+            let mut slow = Vec::new();
+            for _ in 0..SLOW {
+                let mut tcp = raw_upgrade(addr).await;
+                slow.push(peer_runtime().spawn(async move {
+                    // 64 KiB messages until the host stops taking them.
+                    let message = frame(0x82, &vec![0x33; 64 << 10], true);
+                    let mut sent = 0usize;
+                    while let Ok(Ok(())) =
+                        tokio::time::timeout(Duration::from_millis(500), tcp.write_all(&message))
+                            .await
+                    {
+                        sent += message.len();
+                        if sent > 16 << 20 {
+                            break;
+                        }
+                    }
+                    (tcp, sent)
+                }));
+            }
+            let mut held = Vec::new();
+            let mut sent = 0;
+            for s in slow {
+                let (tcp, n) = s.await.unwrap();
+                held.push(tcp);
+                sent += n;
+            }
+            let peak = stats.peak_buffered_bytes();
+            // A client that reads is served, small and 1 MiB messages.
+            let good = peer_runtime().spawn(async move {
+                let (mut ws, _) = tokio_tungstenite::connect_async(format!("ws://{addr}/"))
+                    .await
+                    .unwrap();
+                let mut echoed = Vec::new();
+                for payload in [vec![1u8; 100], vec![2u8; 1 << 20]] {
+                    ws.send(Message::Binary(payload.into())).await.unwrap();
+                    echoed.push(ws.next().await.unwrap().unwrap().len());
+                }
+                ws.close(None).await.unwrap();
+                while ws.next().await.is_some() {}
+                echoed
+            });
+            let echoed = tokio::time::timeout(Duration::from_secs(10), good)
+                .await
+                .expect("a reading client got no echo past 20 slow readers")
+                .unwrap();
+            drop(held);
+            (peak, sent, echoed)
+        };
+        let (out, (peak, sent, echoed)) = tokio::join!(guest, test);
+        assert!(out.success(), "{}", show(&out));
+        assert_eq!(echoed, [100, 1 << 20]);
+        // Each stream's allowance each way, plus one message admitted past
+        // it per stream and direction.
+        let bound = BUDGET + SLOW * 2 * (64 << 10) + SLOW * 2 * ((64 << 10) + 64);
+        eprintln!(
+            "{SLOW} slow readers sent {} MiB; the host buffered {} KiB at most (bound {} KiB)",
+            sent >> 20,
+            peak >> 10,
+            bound >> 10
+        );
+        assert!(
+            peak <= bound,
+            "the host buffered {} KiB for {SLOW} clients that never read (bound {} KiB)",
+            peak >> 10,
+            bound >> 10
+        );
+    })
+    .await
+    .expect("test deadline");
+}
+
 /// Sends `request` on a fresh connection to `addr` and reads the answer
 /// until the host closes (at most 5 s).
 async fn answer_to(addr: SocketAddr, request: &[u8]) -> String {
