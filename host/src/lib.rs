@@ -151,7 +151,8 @@ impl Stats {
     }
 
     /// Remembers `stream`, held back by the budget, for
-    /// [`Stats::budget_released`].
+    /// [`Stats::budget_released`] (each stream at most once until then:
+    /// the list is bounded by the streams).
     pub(crate) fn hold_back(&self, stream: std::sync::Weak<dyn HeldBack>) {
         let mut list = self.held_back.lock().unwrap_or_else(|e| e.into_inner());
         list.push(stream);

@@ -167,6 +167,9 @@ pub(crate) struct Shared {
     /// `max_buffered_bytes`: past [`BUFFER_ALLOWANCE_BYTES`] each way, a
     /// queue grows only while the host-wide sum is under it.
     buffer_budget: usize,
+    /// On the host's list of streams held back by the budget (at most
+    /// once, however often its conditions are checked).
+    held_back: std::sync::atomic::AtomicBool,
     /// `max_batch_messages`: what one `send-many` takes or one
     /// `receive-many` returns at most, messages.
     max_batch: usize,
@@ -327,9 +330,16 @@ impl Shared {
         {
             return true;
         }
-        let me: std::sync::Weak<dyn crate::HeldBack> = self.me.clone();
-        self.stats.hold_back(me);
-        false
+        if !self
+            .held_back
+            .swap(true, std::sync::atomic::Ordering::AcqRel)
+        {
+            let me: std::sync::Weak<dyn crate::HeldBack> = self.me.clone();
+            self.stats.hold_back(me);
+        }
+        // A release between the check and the listing found no one to
+        // wake: look again now that the stream is listed.
+        self.stats.buffer_room(self.buffer_budget)
     }
 
     /// Whether the reader task may read the socket for more messages: the
@@ -505,6 +515,8 @@ impl Shared {
 
 impl crate::HeldBack for Shared {
     fn budget_freed(&self) {
+        self.held_back
+            .store(false, std::sync::atomic::Ordering::Release);
         self.inbound_room.wake();
         self.writable.wake();
     }
@@ -644,6 +656,7 @@ impl MessageStream {
             inbound_limit: limits.inbound_buffer_bytes.max(1),
             outbound_limit: limits.outbound_buffer_bytes,
             buffer_budget: limits.max_buffered_bytes,
+            held_back: std::sync::atomic::AtomicBool::new(false),
             max_batch: limits.max_batch_messages.max(1),
             readable: Signal::default(),
             writable: Signal::default(),
