@@ -36,16 +36,17 @@ pub struct Limits {
     /// before its payload is read (RFC 6455 section 10.4). Default 256 MiB.
     pub max_assembling_bytes: usize,
     /// Bytes queued in message streams' inbound and outbound buffers,
-    /// summed over every stream of the host. Each stream queues its first
-    /// [`crate::websocket::BUFFER_ALLOWANCE_BYTES`] (64 KiB) each way
-    /// outside this budget; past that, while the sum is at the budget, the
-    /// stream stops reading its socket (TCP pushes back) and its `send`
-    /// returns `would-block`, until its own queue drains below the
-    /// allowance or the sum is under the budget again (either wakes it).
-    /// Nothing is dropped or failed: it bounds what peers that never read
-    /// pin in host memory, whatever their number, to the budget plus 128
-    /// KiB a stream. Checked before a message is queued, so one message a
-    /// stream and direction may pass it. TCP write buffers are not in it
+    /// summed over every stream of the host. A queue holding at most
+    /// [`crate::websocket::BUFFER_ALLOWANCE_BYTES`] (64 KiB) is never held
+    /// back (its bytes count in the sum all the same); past that, while the
+    /// sum is at the budget, the stream stops reading its socket (TCP
+    /// pushes back) and its `send` returns `would-block`, until its own
+    /// queue drains to the allowance or the sum is under the budget again
+    /// (either wakes it). Nothing is dropped or failed: what peers that
+    /// never read pin in host memory stays within the budget plus, per
+    /// stream and direction, the allowance and one message (a queue takes
+    /// one message past the check: an empty one takes any message, up to
+    /// `max_message_bytes`). TCP write buffers are not in it
     /// (`tcp_write_buffer_bytes` bounds each). Default 256 MiB.
     pub max_buffered_bytes: usize,
     /// Outbound buffer per message stream, bytes. When full, `send` returns

@@ -116,8 +116,17 @@ pub struct Stats {
     /// Streams held back by `max_buffered_bytes`, woken once the sum is
     /// under it again (a queue held back waits on its own signals, which
     /// another stream's release does not touch).
-    held_back: std::sync::Mutex<Vec<std::sync::Weak<dyn HeldBack>>>,
+    held_back: std::sync::Mutex<HeldBackList>,
     any_held_back: std::sync::atomic::AtomicBool,
+}
+
+/// The streams held back by the budget, and when the list is next swept
+/// of streams that ended (amortised O(1) per listing: a stream listed and
+/// then closed leaves a dead entry until the sweep).
+#[derive(Debug, Default)]
+struct HeldBackList {
+    streams: Vec<std::sync::Weak<dyn HeldBack>>,
+    sweep_at: usize,
 }
 
 /// A stream held back by the `max_buffered_bytes` budget.
@@ -151,13 +160,22 @@ impl Stats {
     }
 
     /// Remembers `stream`, held back by the budget, for
-    /// [`Stats::budget_released`] (each stream at most once until then:
-    /// the list is bounded by the streams).
+    /// [`Stats::budget_released`] (each stream at most once until then;
+    /// entries of streams that ended are swept when the list has doubled,
+    /// so it stays within twice the live streams plus 64).
     pub(crate) fn hold_back(&self, stream: std::sync::Weak<dyn HeldBack>) {
         let mut list = self.held_back.lock().unwrap_or_else(|e| e.into_inner());
-        list.push(stream);
+        list.streams.push(stream);
+        if list.streams.len() > list.sweep_at {
+            list.streams.retain(|s| s.strong_count() > 0);
+            list.sweep_at = 2 * list.streams.len() + 64;
+        }
+        // SeqCst with the fence in `budget_released`: either the releaser
+        // sees this flag, or the caller's look after listing sees the
+        // released bytes (no lost wake-up on weakly ordered machines).
         self.any_held_back
-            .store(true, std::sync::atomic::Ordering::Release);
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+        std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
     }
 
     /// After bytes left a buffer: when streams are held back and the sum
@@ -165,13 +183,15 @@ impl Stats {
     /// back); nothing when none is).
     pub(crate) fn budget_released(&self, budget: usize) {
         use std::sync::atomic::Ordering;
-        if !self.any_held_back.load(Ordering::Acquire) || !self.buffer_room(budget) {
+        std::sync::atomic::fence(Ordering::SeqCst);
+        if !self.any_held_back.load(Ordering::SeqCst) || !self.buffer_room(budget) {
             return;
         }
         let list = {
             let mut list = self.held_back.lock().unwrap_or_else(|e| e.into_inner());
-            self.any_held_back.store(false, Ordering::Release);
-            std::mem::take(&mut *list)
+            self.any_held_back.store(false, Ordering::SeqCst);
+            list.sweep_at = 0;
+            std::mem::take(&mut list.streams)
         };
         for s in list {
             if let Some(s) = s.upgrade() {

@@ -534,6 +534,8 @@ impl Drop for Shared {
         self.stats
             .sub_buffered(st.inbound_bytes + st.outbound_bytes);
         self.stats.sub_assembling(st.queued_charge);
+        drop(st);
+        self.stats.budget_released(self.buffer_budget);
     }
 }
 
