@@ -156,11 +156,12 @@ impl Stats {
     /// Whether message streams' queues hold fewer bytes than `budget` now
     /// (`Limits::max_buffered_bytes`).
     pub(crate) fn buffer_room(&self, budget: usize) -> bool {
-        self.buffered_bytes() < budget
+        // SeqCst, as the flag in `hold_back` and `release_buffered`.
+        self.buffered.load(std::sync::atomic::Ordering::SeqCst) < budget
     }
 
     /// Remembers `stream`, held back by the budget, for
-    /// [`Stats::budget_released`] (each stream at most once until then;
+    /// [`Stats::release_buffered`] (each stream at most once until then;
     /// entries of streams that ended are swept when the list has doubled,
     /// so it stays within twice the live streams plus 64).
     pub(crate) fn hold_back(&self, stream: std::sync::Weak<dyn HeldBack>) {
@@ -170,20 +171,21 @@ impl Stats {
             list.streams.retain(|s| s.strong_count() > 0);
             list.sweep_at = 2 * list.streams.len() + 64;
         }
-        // SeqCst with the fence in `budget_released`: either the releaser
-        // sees this flag, or the caller's look after listing sees the
-        // released bytes (no lost wake-up on weakly ordered machines).
+        // All SeqCst (the flag here and in `release_buffered`, the sum
+        // there and in `buffer_room`): either the releaser sees this flag,
+        // or the caller's look after listing sees the released bytes, on
+        // weakly ordered machines too. On x86 the release's locked
+        // subtraction is a full barrier already: no fence on the data path.
         self.any_held_back
             .store(true, std::sync::atomic::Ordering::SeqCst);
-        std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
     }
 
-    /// After bytes left a buffer: when streams are held back and the sum
-    /// is under `budget` again, wakes each of them once (O(streams held
-    /// back); nothing when none is).
-    pub(crate) fn budget_released(&self, budget: usize) {
+    /// Takes `n` bytes off the message-stream buffers' sum; when streams
+    /// are held back and the sum is under `budget` again, wakes each of
+    /// them once (O(streams held back); one flag load when none is).
+    pub(crate) fn release_buffered(&self, n: usize, budget: usize) {
         use std::sync::atomic::Ordering;
-        std::sync::atomic::fence(Ordering::SeqCst);
+        self.buffered.fetch_sub(n, Ordering::SeqCst);
         if !self.any_held_back.load(Ordering::SeqCst) || !self.buffer_room(budget) {
             return;
         }
@@ -204,11 +206,6 @@ impl Stats {
         use std::sync::atomic::Ordering::Relaxed;
         let now = self.buffered.fetch_add(n, Relaxed) + n;
         self.peak_buffered.fetch_max(now, Relaxed);
-    }
-
-    pub(crate) fn sub_buffered(&self, n: usize) {
-        self.buffered
-            .fetch_sub(n, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// The most bytes ever queued in one TCP output stream's write buffer

@@ -748,7 +748,7 @@ mod tests {
         metrics.handshake_failed(Direction::Inbound, HandshakeFailure::Busy);
         metrics.guest_finished(&Err(RunError::Trap("x".into())));
         stats.add_buffered(100);
-        stats.sub_buffered(40);
+        stats.release_buffered(40, usize::MAX);
         let running = metrics.guest_running();
         let text = |registry: &Registry| {
             let mut s = String::new();

@@ -278,8 +278,7 @@ impl Shared {
             freed += std::mem::take(&mut st.inbound_bytes);
             st.inbound.clear();
         }
-        self.stats.sub_buffered(freed);
-        self.stats.budget_released(self.buffer_budget);
+        self.stats.release_buffered(freed, self.buffer_budget);
         st.read_end.get_or_insert(ErrorCode::Closed);
         st.close_info.get_or_insert(CloseInfo {
             code: CLOSE_ABNORMAL,
@@ -301,8 +300,7 @@ impl Shared {
     fn release_inbound(&self, mut st: MutexGuard<'_, State>, queued: usize) {
         let was_full = !self.inbound_open(&st);
         st.inbound_bytes -= queued;
-        self.stats.sub_buffered(queued);
-        self.stats.budget_released(self.buffer_budget);
+        self.stats.release_buffered(queued, self.buffer_budget);
         if st.inbound.is_empty() && st.queued_charge > 0 {
             self.stats
                 .sub_assembling(std::mem::take(&mut st.queued_charge));
@@ -321,7 +319,7 @@ impl Shared {
     /// drains it below the allowance (its own progress wakes it), or once
     /// the sum is under the budget again: a refused stream is remembered
     /// ([`crate::Stats::hold_back`]) and woken by the release that makes
-    /// room ([`crate::Stats::budget_released`]), as a readiness-set
+    /// room ([`crate::Stats::release_buffered`]), as a readiness-set
     /// registration re-checks its condition only when its stream's signal
     /// fires.
     fn budget_allows(&self, held: usize, more: usize) -> bool {
@@ -482,8 +480,7 @@ impl Shared {
                 let m = st.outbound.pop_front().expect("checked above");
                 let len = queued_len(m.len());
                 st.outbound_bytes -= len;
-                self.stats.sub_buffered(len);
-                self.stats.budget_released(self.buffer_budget);
+                self.stats.release_buffered(len, self.buffer_budget);
                 m
             };
             sink.as_mut().start_send(message)?;
@@ -531,11 +528,10 @@ impl crate::shutdown::GoingAway for Shared {
 impl Drop for Shared {
     fn drop(&mut self) {
         let st = self.lock();
-        self.stats
-            .sub_buffered(st.inbound_bytes + st.outbound_bytes);
+        let queued = st.inbound_bytes + st.outbound_bytes;
         self.stats.sub_assembling(st.queued_charge);
         drop(st);
-        self.stats.budget_released(self.buffer_budget);
+        self.stats.release_buffered(queued, self.buffer_budget);
     }
 }
 
@@ -1117,8 +1113,7 @@ fn drive(shared: &Shared, cx: &mut Context<'_>) -> Poll<Result<Drained, tungsten
                     _ => 0,
                 };
                 st.outbound_bytes -= len;
-                shared.stats.sub_buffered(len);
-                shared.stats.budget_released(shared.buffer_budget);
+                shared.stats.release_buffered(len, shared.buffer_budget);
                 st.flush_pending = true;
                 if let WsMessage::Close(frame) = &m {
                     st.close_started = true;

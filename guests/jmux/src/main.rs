@@ -580,6 +580,25 @@ fn host_port(d: &Destination) -> String {
     }
 }
 
+/// Whether `slot` holds the handshake whose deadline is `deadline`: a
+/// deadline-queue entry of a handshake that ended, or of an earlier one
+/// in a reused slot, is not live.
+fn handshake_at(handshakes: &[Option<Handshake>], slot: usize, deadline: Instant) -> bool {
+    handshakes[slot]
+        .as_ref()
+        .is_some_and(|h| h.deadline == deadline)
+}
+
+/// Whether channel `id` lingers with `deadline`: a linger-queue entry of a
+/// channel released earlier (or of an earlier channel with a reused id) is
+/// not live.
+fn lingering_at(chans: &[Option<Chan>], id: ChannelId, deadline: Instant) -> bool {
+    chans
+        .get(id.0 as usize)
+        .and_then(Option::as_ref)
+        .is_some_and(|c| c.lingering == Some(deadline))
+}
+
 /// The OPEN FAILURE reason for a failed target connect.
 fn reason_for(e: &ErrorCode) -> ReasonCode {
     match e {
@@ -1308,9 +1327,7 @@ impl Proxy {
     /// handshake once ended entries are dropped).
     fn evict_oldest_handshake(&mut self, now: Instant) -> bool {
         while let Some(&(deadline, slot)) = self.handshake_deadlines.front() {
-            let live = self.handshakes[slot]
-                .as_ref()
-                .is_some_and(|h| h.deadline == deadline);
+            let live = handshake_at(&self.handshakes, slot, deadline);
             if !live {
                 self.handshake_deadlines.pop_front();
                 continue;
@@ -1335,9 +1352,7 @@ impl Proxy {
     /// when stale entries outnumber live ones).
     fn expire_handshakes(&mut self, now: Instant) {
         while let Some(&(deadline, slot)) = self.handshake_deadlines.front() {
-            let live = self.handshakes[slot]
-                .as_ref()
-                .is_some_and(|h| h.deadline == deadline);
+            let live = handshake_at(&self.handshakes, slot, deadline);
             if live && deadline > now {
                 break;
             }
@@ -1349,11 +1364,8 @@ impl Proxy {
         }
         if self.handshake_deadlines.len() > 2 * self.live_handshakes + 64 {
             let handshakes = &self.handshakes;
-            self.handshake_deadlines.retain(|&(deadline, slot)| {
-                handshakes[slot]
-                    .as_ref()
-                    .is_some_and(|h| h.deadline == deadline)
-            });
+            self.handshake_deadlines
+                .retain(|&(deadline, slot)| handshake_at(handshakes, slot, deadline));
         }
     }
 
@@ -1627,12 +1639,7 @@ impl Proxy {
     /// channels released earlier outnumber the channels.
     fn expire_lingering(&mut self, now: Instant) {
         while let Some(&(deadline, id)) = self.linger_deadlines.front() {
-            let idx = id.0 as usize;
-            let live = self
-                .chans
-                .get(idx)
-                .and_then(Option::as_ref)
-                .is_some_and(|c| c.lingering == Some(deadline));
+            let live = lingering_at(&self.chans, id, deadline);
             // An entry of a channel released earlier (at EOF) goes at
             // once: it must not set the loop's timer.
             if live && deadline > now {
@@ -1640,18 +1647,14 @@ impl Proxy {
             }
             self.linger_deadlines.pop_front();
             if live {
-                self.chans[idx] = None;
+                self.chans[id.0 as usize] = None;
                 let _ = self.session.release(id);
             }
         }
         if self.linger_deadlines.len() > 2 * self.chans.len() + 64 {
             let chans = &self.chans;
-            self.linger_deadlines.retain(|&(deadline, id)| {
-                chans
-                    .get(id.0 as usize)
-                    .and_then(Option::as_ref)
-                    .is_some_and(|c| c.lingering == Some(deadline))
-            });
+            self.linger_deadlines
+                .retain(|&(deadline, id)| lingering_at(chans, id, deadline));
         }
     }
 
