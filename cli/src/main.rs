@@ -131,6 +131,11 @@ pub struct HostArgs {
     /// connections get 503 and are closed (1 to 1048576).
     #[arg(long, default_value_t = Limits::default().max_handshakes_per_listener, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=1 << 20))]
     pub max_handshakes_per_listener: usize,
+    /// Of those, what one source (an IPv4 address, an IPv6 /64) may hold
+    /// at once; past it its new connections get 503 and are closed (1 to
+    /// 1048576).
+    #[arg(long, default_value_t = Limits::default().max_handshakes_per_source, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=1 << 20))]
+    pub max_handshakes_per_source: usize,
     /// Name lookups in flight at once over every guest (each holds a
     /// thread until the resolver answers; 1 to 65536).
     #[arg(long, default_value_t = Limits::default().max_dns_lookups, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=1 << 16))]
@@ -244,6 +249,7 @@ impl HostArgs {
                 max_buffered_bytes: self.max_buffered_bytes,
                 outbound_buffer_bytes: self.outbound_buffer_bytes,
                 max_handshakes_per_listener: self.max_handshakes_per_listener,
+                max_handshakes_per_source: self.max_handshakes_per_source,
                 max_dns_lookups: self.max_dns_lookups,
                 max_dns_lookups_per_guest: self.max_dns_lookups_per_guest,
                 connect_timeout: Duration::from_millis(self.connect_timeout_ms),

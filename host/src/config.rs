@@ -94,6 +94,14 @@ pub struct Limits {
     /// connection is answered 503 and closed at once, and the listener keeps
     /// accepting. Default 1024.
     pub max_handshakes_per_listener: usize,
+    /// Of those, what one source may hold at once: an IPv4 address, or an
+    /// IPv6 /64. Past it, a new connection from that source is answered
+    /// 503 and closed at once, while other sources find the rest: an
+    /// attacker that opens connections faster than the places' one-second
+    /// grace (`places::EVICT_AFTER`) keeps every place it holds young, so
+    /// only this share bounds what one address takes. Clients behind one
+    /// NAT share it. Default 256.
+    pub max_handshakes_per_source: usize,
     /// Name lookups (getaddrinfo, one blocking thread each) in flight at
     /// once, over every guest of the host. A lookup past it waits for a
     /// place within `connect_timeout`; a lookup holds its place until the
@@ -134,7 +142,8 @@ pub struct Limits {
     pub shutdown_timeout: Duration,
     /// Scrapes a metrics server ([`crate::metrics::MetricsServer`],
     /// `--metrics`) answers at once; past it a new connection gets 503 and
-    /// is closed at once. Default 4.
+    /// is closed at once. One source (an IPv4 address, an IPv6 /64) holds
+    /// at most half of them, rounded up. Default 4.
     pub max_concurrent_scrapes: usize,
     /// Time one scrape has, from accept, to send its request head and take
     /// the answer; past it the connection is closed. Default 5 s.
@@ -168,6 +177,7 @@ impl Default for Limits {
             readiness_set_entries: 1 << 16,
             max_aead_keys: 4096,
             max_handshakes_per_listener: 1024,
+            max_handshakes_per_source: 256,
             max_dns_lookups: 64,
             max_dns_lookups_per_guest: 16,
             connect_timeout: Duration::from_secs(10),

@@ -102,6 +102,9 @@ pub enum HandshakeFailure {
     /// The listener already ran `max_handshakes_per_listener` upgrades
     /// (answered 503).
     Busy,
+    /// The client's source (its IPv4 address, its IPv6 /64) already held
+    /// `max_handshakes_per_source` upgrades of the listener (answered 503).
+    SourceBusy,
     /// The client had sent no request head 1 s after its accept
     /// (`places::EVICT_AFTER`) and a new connection took its place, the
     /// listener running `max_handshakes_per_listener` upgrades (closed).
@@ -122,6 +125,7 @@ impl HandshakeFailure {
             HandshakeFailure::BadRequest => "bad_request",
             HandshakeFailure::HeadTooLarge => "head_too_large",
             HandshakeFailure::Busy => "busy",
+            HandshakeFailure::SourceBusy => "source_busy",
             HandshakeFailure::Evicted => "evicted",
             HandshakeFailure::Closed => "closed",
             HandshakeFailure::Tls => "tls",
@@ -451,8 +455,9 @@ pub const MAX_SCRAPE_REQUEST_BYTES: usize = 8 * 1024;
 /// each bounded by `limits.scrape_timeout` and
 /// [`MAX_SCRAPE_REQUEST_BYTES`]. When all places are taken, a new
 /// connection takes the place of the oldest client that has not sent its
-/// request head 1 s after its accept, or gets 503 if there is none.
-/// Stops when dropped.
+/// request head 1 s after its accept, or gets 503 if there is none. One
+/// source (an IPv4 address, an IPv6 /64) holds at most half the places,
+/// rounded up; past that its new connections get 503. Stops when dropped.
 #[derive(Debug)]
 pub struct MetricsServer {
     local: SocketAddr,
@@ -514,7 +519,9 @@ async fn serve_loop(
     // every scraper out for `scrape_timeout` otherwise (the red team of
     // 2026-12-03, fifth round: 77 of 120 scrapes refused). Only when
     // every place is answering does the new connection get 503.
-    let mut scrapes = crate::places::Places::new(max_scrapes);
+    // One source takes at most half the places (rounded up), so a client
+    // that keeps them busy from one address leaves room for the scraper.
+    let mut scrapes = crate::places::Places::new(max_scrapes, max_scrapes.div_ceil(2));
     let mut errors = crate::net::AcceptErrors::new("metrics");
     loop {
         let accepted = tokio::select! {
@@ -531,8 +538,13 @@ async fn serve_loop(
                 continue;
             }
         };
-        match scrapes.make_room(tokio::time::Instant::now()) {
+        match scrapes.make_room(peer, tokio::time::Instant::now()) {
             crate::places::Room::Free => {}
+            crate::places::Room::SourceFull => {
+                let _ = tcp.try_write(&response("503 Service Unavailable", "text/plain", ""));
+                tracing::debug!(%peer, "metrics: refused, this source holds half the {max_scrapes} places");
+                continue;
+            }
             crate::places::Room::Evicted(silent) => {
                 tracing::debug!(peer = %silent, "metrics: a client without a request head gave its place up");
             }

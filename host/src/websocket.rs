@@ -1725,7 +1725,9 @@ async fn accept_one(
 }
 
 /// Accepts connections and runs their handshakes concurrently, at most
-/// `max_handshakes_per_listener` at once. Past that, a new connection
+/// `max_handshakes_per_listener` at once and `max_handshakes_per_source`
+/// from one source (past that, its new connections are answered 503 and
+/// closed at once). Past the first, a new connection
 /// takes the place of the oldest client that has sent no request head
 /// [`places::EVICT_AFTER`] (1 s) after its accept (that client's
 /// connection is closed); when there is none, it is answered 503 and
@@ -1740,7 +1742,8 @@ async fn accept_loop(
     queue: Arc<AcceptQueue<MessageStream>>,
 ) {
     let max_handshakes = ctx.config.limits.max_handshakes_per_listener.max(1);
-    let mut handshakes = places::Places::new(max_handshakes);
+    let per_source = ctx.config.limits.max_handshakes_per_source.max(1);
+    let mut handshakes = places::Places::new(max_handshakes, per_source);
     let mut errors = net::AcceptErrors::new("WebSocket listener");
     loop {
         let accepted = tokio::select! {
@@ -1761,8 +1764,15 @@ async fn accept_loop(
                 continue;
             }
         };
-        match handshakes.make_room(tokio::time::Instant::now()) {
+        match handshakes.make_room(peer, tokio::time::Instant::now()) {
             places::Room::Free => {}
+            places::Room::SourceFull => {
+                let _ = tcp.try_write(REFUSED_BUSY);
+                ctx.metrics
+                    .handshake_failed(Direction::Inbound, HandshakeFailure::SourceBusy);
+                tracing::debug!(%peer, per_source, "refused: too many WebSocket handshakes in progress from this source (max_handshakes_per_source)");
+                continue;
+            }
             places::Room::Evicted(silent) => {
                 ctx.metrics
                     .handshake_failed(Direction::Inbound, HandshakeFailure::Evicted);

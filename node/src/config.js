@@ -14,6 +14,7 @@ export const DEFAULT_LIMITS = Object.freeze({
   acceptBacklog: 64,
   readinessSetEntries: 1 << 16,
   maxHandshakesPerListener: 1024,
+  maxHandshakesPerSource: 256,
   connectTimeoutMs: 10_000,
   handshakeTimeoutMs: 10_000,
   lingerTimeoutMs: 5_000,

@@ -559,6 +559,23 @@ function oldestSilent(sockets, now) {
   return null;
 }
 
+/**
+ * The source a handshake counts against for `maxHandshakesPerSource`: an
+ * IPv4 address (also IPv4-mapped IPv6), or an IPv6 address's /64 prefix
+ * (host/src/places.rs `source_of`). `addr`: Node's `remoteAddress`.
+ */
+export function sourceOf(addr) {
+  if (!addr) return "";
+  const mapped = /^::ffff:(\d+\.\d+\.\d+\.\d+)$/i.exec(addr);
+  if (mapped) return mapped[1];
+  if (!addr.includes(":")) return addr;
+  const [head, tail] = addr.replace(/%.*$/, "").split("::");
+  const h = head ? head.split(":") : [];
+  const t = tail === undefined ? null : tail ? tail.split(":") : [];
+  const groups = t === null ? h : [...h, ...Array(8 - h.length - t.length).fill("0"), ...t];
+  return `${groups.slice(0, 4).map((g) => parseInt(g, 16).toString(16)).join(":")}::/64`;
+}
+
 function listen(host, address, options) {
   const bind = parseBind(address);
   try {
@@ -579,16 +596,34 @@ function listen(host, address, options) {
   const listener = new Listener(host, server);
   listener.sockets = new Set();
   let handshaking = 0;
+  // Places held by each source (sourceOf), so that one address that opens
+  // connections faster than the grace, keeping all its places young, takes
+  // at most its share.
+  const perSource = new Map();
+  const maxPerSource = Math.max(1, host.limits.maxHandshakesPerSource);
+  // Gives a handshake's place up (once).
+  const done = (sock) => {
+    if (listener.sockets.delete(sock)) {
+      handshaking--;
+      clearTimeout(sock.tetherTimer);
+      const held = perSource.get(sock.tetherSource) - 1;
+      if (held > 0) perSource.set(sock.tetherSource, held);
+      else perSource.delete(sock.tetherSource);
+    }
+  };
   server.on("connection", (sock) => {
     sock.setNoDelay(true);
     if (listener.stopped) return sock.destroy();
-    if (handshaking >= host.limits.maxHandshakesPerListener) {
+    const source = sourceOf(sock.remoteAddress);
+    const sourceFull = (perSource.get(source) ?? 0) >= maxPerSource;
+    if (sourceFull || handshaking >= host.limits.maxHandshakesPerListener) {
       // Every place is held: the oldest client without a request head
       // HANDSHAKE_EVICT_AFTER_MS after its accept gives its place up (a
       // slowloris would shut everyone out until its handshake timeout);
-      // when there is none, 503 (host/src/places.rs).
+      // when there is none, 503 (host/src/places.rs). A source at its
+      // share may take only its own oldest silent client's place.
       const silent = oldestSilent(listener.sockets, performance.now());
-      if (!silent) {
+      if (!silent || (sourceFull && silent.tetherSource !== source)) {
         sock.end("HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
         return;
       }
@@ -596,23 +631,14 @@ function listen(host, address, options) {
       silent.destroy();
     }
     handshaking++;
+    perSource.set(source, (perSource.get(source) ?? 0) + 1);
+    sock.tetherSource = source;
     sock.tetherAccepted = performance.now();
     sock.tetherHead = false;
     listener.sockets.add(sock);
     sock.tetherTimer = setTimeout(() => sock.destroy(), host.limits.handshakeTimeoutMs);
-    sock.once("close", () => {
-      if (listener.sockets.delete(sock)) {
-        handshaking--;
-        clearTimeout(sock.tetherTimer);
-      }
-    });
+    sock.once("close", () => done(sock));
   });
-  const done = (sock) => {
-    if (listener.sockets.delete(sock)) {
-      handshaking--;
-      clearTimeout(sock.tetherTimer);
-    }
-  };
   server.on("request", (req, res) => {
     req.socket.tetherHead = true;
     res.writeHead(426, { Connection: "close", "Content-Type": "text/plain" });

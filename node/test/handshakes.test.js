@@ -12,15 +12,15 @@ import assert from "node:assert/strict";
 import net from "node:net";
 import crypto from "node:crypto";
 import { Host } from "../src/host.js";
-import { websocketImports } from "../src/websocket.js";
+import { websocketImports, sourceOf } from "../src/websocket.js";
 import { HANDSHAKE_EVICT_AFTER_MS } from "../src/config.js";
 
 const CAP = 4;
 
 /** Connects, sends `first`, and records what comes back and when it closes. */
-function client(addr, first) {
+function client(addr, first, localAddress) {
   const [host, port] = addr.split(":");
-  const sock = net.connect({ host, port: Number(port) });
+  const sock = net.connect({ host, port: Number(port), localAddress });
   const got = { bytes: Buffer.alloc(0), closed: false };
   sock.on("error", () => {});
   sock.on("connect", () => first && sock.write(first));
@@ -91,3 +91,51 @@ async function run(addr, listener, silent, others) {
     "the oldest silent client gave its place to the first good one; the next ones found it free",
   );
 }
+
+// Parity with ws_hostile.rs `one_source_holds_at_most_its_share_of_the_handshake_places`:
+// an attacker that reopens faster than the grace keeps all its places
+// young; from one address it now holds at most `maxHandshakesPerSource`,
+// its connections past that get 503 at once, and a client from another
+// address (127.0.0.2) upgrades.
+test("one source holds at most its share of the handshake places", async () => {
+  const host = new Host({
+    policy: { listen: ["127.0.0.1:*"] },
+    limits: { maxHandshakesPerListener: 8, maxHandshakesPerSource: 4, handshakeTimeoutMs: 30_000 },
+  });
+  const listener = await websocketImports(host).listen("127.0.0.1:0", {});
+  const addr = listener.localAddress();
+  const attacker = [];
+  const others = [];
+  try {
+    for (let i = 0; i < 8; i++) attacker.push(client(addr, null));
+    await until("the attacker's connections past its share closed", () =>
+      attacker.filter((c) => c.got.closed).length === 4,
+    );
+    for (const c of attacker.filter((c) => c.got.closed)) {
+      assert.match(c.got.bytes.toString(), /^HTTP\/1\.1 503 /);
+    }
+    for (let i = 0; i < 2; i++) {
+      const good = client(addr, upgradeHead(addr), "127.0.0.2");
+      others.push(good);
+      await until(`the other source's ${i}th 101`, () => good.got.bytes.includes("\r\n\r\n"));
+      assert.match(good.got.bytes.toString(), /^HTTP\/1\.1 101 /);
+      assert.ok(listener.accept(), "the upgraded stream is queued for the guest");
+      good.sock.destroy();
+    }
+    await sleep(50);
+    assert.equal(attacker.filter((c) => !c.got.closed).length, 4, "the attacker's young places stay");
+  } finally {
+    for (const c of [...attacker, ...others]) c.sock.destroy();
+    listener[Symbol.dispose]();
+  }
+});
+
+test("a source is an IPv4 address or an IPv6 /64", () => {
+  assert.equal(sourceOf("10.0.0.1"), "10.0.0.1");
+  assert.equal(sourceOf("::ffff:10.0.0.1"), "10.0.0.1");
+  assert.equal(sourceOf("2001:db8:1:2:aaaa::1"), sourceOf("2001:db8:1:2:bbbb::2"));
+  assert.equal(sourceOf("2001:db8:1:2::1"), "2001:db8:1:2::/64");
+  assert.notEqual(sourceOf("2001:db8:1:2::1"), sourceOf("2001:db8:1:3::1"));
+  assert.equal(sourceOf("::1"), "0:0:0:0::/64");
+  assert.equal(sourceOf("fe80::1%eth0"), "fe80:0:0:0::/64");
+});

@@ -2,7 +2,8 @@
 never finish their handshake (re-opening each one the server closes); a
 legitimate client tries every 100 ms for DUR s. Prints how many legitimate
 attempts succeeded and their p50 time.
-Usage: slowloris.py ws|jmux  (env TETHER, A, DUR)"""
+Usage: slowloris.py ws|jmux  (env TETHER, A, DUR; LEGIT_SRC: the legitimate
+client's source address, e.g. 127.0.0.2, default the kernel's choice)"""
 import sys, os, time, socket, struct, subprocess, selectors, resource, threading, base64, statistics
 resource.setrlimit(resource.RLIMIT_NOFILE, (20000, 20000))
 T = os.environ.get("TETHER", "/work/main/target/release/tether")
@@ -65,7 +66,8 @@ th = threading.Thread(target=attacker, daemon=True); th.start()
 time.sleep(2.0)
 def legit():
     t0 = time.perf_counter()
-    s = socket.create_connection(("127.0.0.1", port), timeout=3)
+    src = os.environ.get("LEGIT_SRC")
+    s = socket.create_connection(("127.0.0.1", port), timeout=3, source_address=(src, 0) if src else None)
     s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     try:
         if KIND == "ws":

@@ -541,6 +541,8 @@ async fn stalled_handshakes_never_hold_up_the_listener() {
     tokio::time::timeout(Duration::from_secs(60), async {
         let mut config = local_config();
         config.limits.handshake_timeout = deadline;
+        // All from 127.0.0.1: the per-source share is not what this tests.
+        config.limits.max_handshakes_per_source = STALLED + 64;
         let runner = runner(config);
         let (listen, addr) = listen_address();
         let guest = echo(&runner, &["server", &listen, "1"]);
@@ -727,6 +729,75 @@ async fn silent_handshakes_give_their_places_to_new_clients_at_the_bound() {
             closed, 1,
             "silent connections closed for the three good clients (the first took one place, the next two found it free again)"
         );
+    })
+    .await
+    .expect("test deadline");
+}
+
+/// An attacker that opens connections faster than the places' 1 s grace
+/// keeps every place it holds young, so none is given up: from one
+/// address it shut every other client out with 503 (the red team's
+/// seventh round: 11 of 119 upgrades got through). Now one source holds
+/// at most `max_handshakes_per_source`: its connections past that are
+/// refused at once, and a client from another address (127.0.0.2) finds
+/// the places left, while the attacker's stay young.
+#[tokio::test(flavor = "current_thread")]
+async fn one_source_holds_at_most_its_share_of_the_handshake_places() {
+    tokio::time::timeout(Duration::from_secs(30), async {
+        let mut config = local_config();
+        config.limits.handshake_timeout = Duration::from_secs(25);
+        config.limits.max_handshakes_per_listener = 8;
+        config.limits.max_handshakes_per_source = 4;
+        let runner = runner(config);
+        let (listen, addr) = listen_address();
+        let guest = echo(&runner, &["server", &listen, "2"]);
+        let test = async {
+            drop(connect_when_up(addr).await);
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            let stalled: Vec<_> = (0..8).map(|_| hostile_upgrade(addr, false)).collect();
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            let refused = stalled.iter().filter(|s| s.is_finished()).count();
+            let mut upgrades = Vec::new();
+            for i in 0..2 {
+                let good = peer_runtime().spawn(async move {
+                    let t0 = Instant::now();
+                    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+                    socket.bind("127.0.0.2:0".parse().unwrap()).unwrap();
+                    let tcp = socket.connect(addr).await.unwrap();
+                    tcp.set_nodelay(true).unwrap();
+                    let (mut ws, _) =
+                        tokio_tungstenite::client_async(format!("ws://{addr}/good{i}"), tcp)
+                            .await
+                            .expect("a client from another source was refused");
+                    let upgrade = t0.elapsed();
+                    ws.send(Message::Text("hi".into())).await.unwrap();
+                    let echoed = ws.next().await.unwrap().unwrap();
+                    ws.close(None).await.unwrap();
+                    while ws.next().await.is_some() {}
+                    (upgrade, echoed)
+                });
+                upgrades.push(good.await.unwrap());
+            }
+            let still_held = stalled.iter().filter(|s| !s.is_finished()).count();
+            for s in &stalled {
+                s.abort();
+            }
+            (refused, upgrades, still_held)
+        };
+        let (out, (refused, upgrades, still_held)) = tokio::join!(guest, test);
+        assert!(out.success(), "{}", show(&out));
+        assert_eq!(
+            refused, 4,
+            "the attacker's connections past its share, refused at once"
+        );
+        for (upgrade, echoed) in upgrades {
+            assert_eq!(echoed, Message::Text("hi".into()));
+            assert!(
+                upgrade < Duration::from_millis(500),
+                "the other source's upgrade took {upgrade:?}"
+            );
+        }
+        assert_eq!(still_held, 4, "the attacker's young places were not taken");
     })
     .await
     .expect("test deadline");
