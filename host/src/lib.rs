@@ -118,16 +118,23 @@ pub struct Stats {
     /// another stream's release does not touch).
     held_back: std::sync::Mutex<HeldBackList>,
     any_held_back: std::sync::atomic::AtomicBool,
+    budget_wake_ups: std::sync::atomic::AtomicU64,
 }
 
-/// The streams held back by the budget, and when the list is next swept
-/// of streams that ended (amortised O(1) per listing: a stream listed and
-/// then closed leaves a dead entry until the sweep).
+/// The streams held back by the budget, in the order they were refused,
+/// and when the list is next swept of streams that ended (amortised O(1)
+/// per listing: a stream listed and then closed leaves a dead entry until
+/// the sweep, or until a release reaches it at the front).
 #[derive(Debug, Default)]
 struct HeldBackList {
-    streams: Vec<std::sync::Weak<dyn HeldBack>>,
+    streams: std::collections::VecDeque<std::sync::Weak<dyn HeldBack>>,
     sweep_at: usize,
 }
+
+/// Room under the budget that one woken held-back stream is expected to
+/// take, bytes: a release wakes one stream per this much room (plus one),
+/// not every stream held back.
+const HELD_BACK_WAKE_BYTES: usize = websocket::BUFFER_ALLOWANCE_BYTES;
 
 /// A stream held back by the `max_buffered_bytes` budget.
 pub(crate) trait HeldBack: Send + Sync {
@@ -166,7 +173,7 @@ impl Stats {
     /// so it stays within twice the live streams plus 64).
     pub(crate) fn hold_back(&self, stream: std::sync::Weak<dyn HeldBack>) {
         let mut list = self.held_back.lock().unwrap_or_else(|e| e.into_inner());
-        list.streams.push(stream);
+        list.streams.push_back(stream);
         if list.streams.len() > list.sweep_at {
             list.streams.retain(|s| s.strong_count() > 0);
             list.sweep_at = 2 * list.streams.len() + 64;
@@ -181,25 +188,51 @@ impl Stats {
     }
 
     /// Takes `n` bytes off the message-stream buffers' sum; when streams
-    /// are held back and the sum is under `budget` again, wakes each of
-    /// them once (O(streams held back); one flag load when none is).
+    /// are held back and the sum is under `budget` again, wakes the ones
+    /// held back longest, one per [`HELD_BACK_WAKE_BYTES`] of room plus
+    /// one (one flag load when none is held back). A woken stream that
+    /// finds the budget spent again lists itself at the back, so under a
+    /// spent budget the streams take turns, and a release costs O(room),
+    /// not O(streams held back). One that is not woken loses nothing: a
+    /// stream is held back only past [`websocket::BUFFER_ALLOWANCE_BYTES`],
+    /// and goes on by itself once its own queue drains below that.
     pub(crate) fn release_buffered(&self, n: usize, budget: usize) {
         use std::sync::atomic::Ordering;
         self.buffered.fetch_sub(n, Ordering::SeqCst);
         if !self.any_held_back.load(Ordering::SeqCst) || !self.buffer_room(budget) {
             return;
         }
-        let list = {
+        let room = budget.saturating_sub(self.buffered.load(Ordering::SeqCst));
+        let mut wake = room / HELD_BACK_WAKE_BYTES + 1;
+        let mut woken = Vec::new();
+        {
             let mut list = self.held_back.lock().unwrap_or_else(|e| e.into_inner());
-            self.any_held_back.store(false, Ordering::SeqCst);
-            list.sweep_at = 0;
-            std::mem::take(&mut list.streams)
-        };
-        for s in list {
-            if let Some(s) = s.upgrade() {
-                s.budget_freed();
+            while wake > 0 {
+                let Some(s) = list.streams.pop_front() else {
+                    break;
+                };
+                if let Some(s) = s.upgrade() {
+                    woken.push(s);
+                    wake -= 1;
+                }
+            }
+            if list.streams.is_empty() {
+                self.any_held_back.store(false, Ordering::SeqCst);
+                list.sweep_at = 0;
             }
         }
+        self.budget_wake_ups
+            .fetch_add(woken.len() as u64, Ordering::Relaxed);
+        for s in woken {
+            s.budget_freed();
+        }
+    }
+
+    /// Held-back streams woken by releases under the budget so far (each
+    /// [`Stats::release_buffered`] wakes one per 64 KiB of room, plus one).
+    pub fn budget_wake_ups(&self) -> u64 {
+        self.budget_wake_ups
+            .load(std::sync::atomic::Ordering::Relaxed)
     }
 
     pub(crate) fn add_buffered(&self, n: usize) {
@@ -435,4 +468,61 @@ pub fn add_to_linker<T: TetherView + 'static>(linker: &mut Linker<T>) -> wasmtim
     aead::add_to_linker::<T, HasTether>(linker, T::tether)?;
     crate::websocket::lift::add_to_linker(linker)?;
     ready::add_stream_drops_to_linker(linker)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    #[derive(Default)]
+    struct Counted(AtomicUsize);
+
+    impl HeldBack for Counted {
+        fn budget_freed(&self) {
+            self.0.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// A release under a spent budget used to wake every stream held back
+    /// (1,000 wake-ups, each a task poll, for a release of a few bytes,
+    /// again at every dip). Now it wakes the ones held back longest, one
+    /// per 64 KiB of room plus one, skipping streams that ended.
+    #[test]
+    fn a_release_wakes_streams_held_back_in_turn_in_proportion_to_the_room() {
+        const BUDGET: usize = 1 << 20;
+        let stats = Stats::default();
+        stats.add_buffered(BUDGET + 10);
+        let streams: Vec<Arc<Counted>> = (0..1000).map(|_| Arc::default()).collect();
+        for s in &streams {
+            let weak: std::sync::Weak<dyn HeldBack> = Arc::downgrade(s) as _;
+            stats.hold_back(weak);
+        }
+        let woken = |streams: &[Arc<Counted>]| -> Vec<usize> {
+            (0..streams.len())
+                .filter(|&i| streams[i].0.load(Ordering::Relaxed) > 0)
+                .collect()
+        };
+        // Still over the budget: no one.
+        stats.release_buffered(5, BUDGET);
+        assert_eq!(stats.budget_wake_ups(), 0);
+        // A few bytes of room: the first listed.
+        stats.release_buffered(15, BUDGET);
+        assert_eq!(woken(&streams), [0]);
+        // 200 KiB of room: three more per 64 KiB, plus one.
+        stats.add_buffered(10);
+        stats.release_buffered(200 << 10, BUDGET);
+        assert_eq!(woken(&streams), [0, 1, 2, 3, 4]);
+        // Streams that ended are passed over.
+        let mut streams = streams;
+        streams.drain(5..10);
+        stats.add_buffered(200 << 10);
+        stats.release_buffered(10, BUDGET);
+        assert_eq!(woken(&streams), [0, 1, 2, 3, 4, 5]);
+        assert_eq!(stats.budget_wake_ups(), 6);
+        // Everything released: every stream once, and the list is empty.
+        stats.release_buffered(stats.buffered_bytes(), usize::MAX);
+        assert_eq!(woken(&streams).len(), streams.len());
+        assert!(!stats.any_held_back.load(Ordering::SeqCst));
+    }
 }
