@@ -43,7 +43,8 @@
 mod log_budget;
 mod pipe;
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
+use std::net::IpAddr;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
@@ -185,8 +186,9 @@ fn run(args: ProxyArgs, poll_all: bool) -> Result<(), String> {
         handshake_limits: args.handshakes,
         handshake_deadlines: VecDeque::new(),
         live_handshakes: 0,
+        handshakes_per_source: HashMap::new(),
         linger_deadlines: VecDeque::new(),
-        handshakes_cut: [0, 0, 0],
+        handshakes_cut: [0, 0, 0, 0],
         connects: Vec::new(),
         free_connects: Vec::new(),
         ready_connects: Vec::new(),
@@ -278,6 +280,9 @@ struct Handshake {
     /// When the handshake is cut ([`HandshakeLimits::timeout`] after
     /// accept).
     deadline: Instant,
+    /// The client's source ([`cli::source_of`]; `None` when its address
+    /// does not parse), counted in [`Proxy::handshakes_per_source`].
+    source: Option<IpAddr>,
 }
 
 enum HandshakeKind {
@@ -296,6 +301,8 @@ enum Cut {
     /// At the bound, a new client took its place: it had not finished its
     /// handshake [`EVICT_AFTER`] after its accept.
     Evicted = 2,
+    /// Its source held `--max-proxy-handshakes-per-source`, at accept.
+    SourceBusy = 3,
 }
 
 /// How long after its accept a proxy client that has not finished its
@@ -529,13 +536,15 @@ struct Proxy {
     handshake_deadlines: VecDeque<(Instant, usize)>,
     /// Handshakes in progress (live slots).
     live_handshakes: usize,
+    /// Handshakes in progress by client source (none at 0).
+    handshakes_per_source: HashMap<IpAddr, usize>,
     /// (deadline, channel) of the channels that began to linger, oldest
     /// first (one timeout for all). Entries of channels released earlier
     /// stay until they reach the front or the queue is compacted.
     linger_deadlines: VecDeque<(Instant, ChannelId)>,
     /// Clients cut at their deadline, and refused past the bound (logged at
     /// powers of two, so a flood cannot flood the log).
-    handshakes_cut: [u64; 3],
+    handshakes_cut: [u64; 4],
     /// Target connects in progress, indexed by slot (the readiness key's
     /// index). Each holds its channel, so the session's `--max-channels`
     /// bounds them; they all run at once (no queue: a connect that hangs
@@ -1240,13 +1249,25 @@ impl Proxy {
                     }
                     ListenerSpec::Http { .. } => HandshakeKind::Http(http::HeadReader::new()),
                 };
-                if self.live_handshakes >= self.handshake_limits.max_in_progress
-                    && !self.evict_oldest_handshake(now)
+                let source = conn.stream.peer_address().parse().ok().map(cli::source_of);
+                let source_full = source.is_some_and(|s| {
+                    self.handshakes_per_source.get(&s).copied().unwrap_or(0)
+                        >= self.handshake_limits.max_per_source
+                });
+                // A source at its share may take only its own oldest
+                // silent client's place.
+                if (source_full || self.live_handshakes >= self.handshake_limits.max_in_progress)
+                    && !self.evict_oldest_handshake(now, source.filter(|_| source_full))
                 {
-                    self.cut_handshake(conn, &kind, Cut::Busy);
+                    let why = if source_full {
+                        Cut::SourceBusy
+                    } else {
+                        Cut::Busy
+                    };
+                    self.cut_handshake(conn, &kind, why);
                     continue;
                 }
-                self.start_handshake(conn, kind, now);
+                self.start_handshake(conn, kind, source, now);
             }
         }
     }
@@ -1294,7 +1315,7 @@ impl Proxy {
         if let HandshakeKind::Http(_) = kind {
             conn.write_some(&match why {
                 Cut::Timeout | Cut::Evicted => http::timeout_response(),
-                Cut::Busy => http::busy_response(),
+                Cut::Busy | Cut::SourceBusy => http::busy_response(),
             });
         }
         let _ = conn.stream.shutdown_send();
@@ -1311,6 +1332,10 @@ impl Proxy {
                     "jmux: {count} proxy client(s) refused so far: {} handshakes in progress (--max-proxy-handshakes)",
                     limits.max_in_progress
                 ),
+                Cut::SourceBusy => eprintln!(
+                    "jmux: {count} proxy client(s) refused so far: their address had {} handshakes in progress (--max-proxy-handshakes-per-source)",
+                    limits.max_per_source
+                ),
                 Cut::Evicted => eprintln!(
                     "jmux: {count} proxy client(s) closed so far for a new one: handshake not done {} ms after accept while {} were in progress (--max-proxy-handshakes)",
                     EVICT_AFTER.as_millis(),
@@ -1321,11 +1346,12 @@ impl Proxy {
     }
 
     /// At the bound on handshakes in progress: closes the oldest
-    /// handshake if it has not finished [`EVICT_AFTER`] after its accept,
+    /// handshake if it has not finished [`EVICT_AFTER`] after its accept
+    /// (and, with `only`, if it is that source's: a source at its share),
     /// so the new client can take its place. Returns whether it did. O(1)
     /// amortised (the front of the deadline queue is the oldest live
     /// handshake once ended entries are dropped).
-    fn evict_oldest_handshake(&mut self, now: Instant) -> bool {
+    fn evict_oldest_handshake(&mut self, now: Instant, only: Option<IpAddr>) -> bool {
         while let Some(&(deadline, slot)) = self.handshake_deadlines.front() {
             let live = handshake_at(&self.handshakes, slot, deadline);
             if !live {
@@ -1336,6 +1362,9 @@ impl Proxy {
                 .checked_sub(self.handshake_limits.timeout)
                 .unwrap_or(deadline);
             if now.saturating_duration_since(accepted) < EVICT_AFTER {
+                return false;
+            }
+            if only.is_some() && self.handshakes[slot].as_ref().and_then(|h| h.source) != only {
                 return false;
             }
             self.handshake_deadlines.pop_front();
@@ -1395,7 +1424,13 @@ impl Proxy {
     /// Puts a client connection in a handshake slot, registered for
     /// `read`, and on the ready list (bytes may be there already), with
     /// its deadline.
-    fn start_handshake(&mut self, conn: Conn, kind: HandshakeKind, now: Instant) {
+    fn start_handshake(
+        &mut self,
+        conn: Conn,
+        kind: HandshakeKind,
+        source: Option<IpAddr>,
+        now: Instant,
+    ) {
         let slot = self.free_handshakes.pop().unwrap_or(self.handshakes.len());
         if !self.poll_all
             && let Err(e) = self.set.register_byte_stream(
@@ -1416,8 +1451,12 @@ impl Proxy {
             kind,
             readable: true,
             deadline,
+            source,
         };
         self.live_handshakes += 1;
+        if let Some(s) = source {
+            *self.handshakes_per_source.entry(s).or_insert(0) += 1;
+        }
         self.handshake_deadlines.push_back((deadline, slot));
         if slot == self.handshakes.len() {
             self.handshakes.push(Some(h));
@@ -1433,6 +1472,15 @@ impl Proxy {
         let h = self.handshakes[slot].take().expect("a live handshake slot");
         self.free_handshakes.push(slot);
         self.live_handshakes -= 1;
+        if let Some(s) = h.source
+            && let std::collections::hash_map::Entry::Occupied(mut held) =
+                self.handshakes_per_source.entry(s)
+        {
+            *held.get_mut() -= 1;
+            if *held.get() == 0 {
+                held.remove();
+            }
+        }
         if !self.poll_all {
             self.set
                 .deregister(KEY_HANDSHAKE | slot as u64, Interest::Read);

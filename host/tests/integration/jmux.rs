@@ -1786,6 +1786,8 @@ fn stalled_proxy_handshakes_are_closed_at_the_deadline_while_others_are_served()
         &[
             &format!("--proxy-handshake-timeout-ms={}", DEADLINE.as_millis()),
             "--max-proxy-handshakes=400",
+            // All from 127.0.0.1: the per-source share is not what this tests.
+            "--max-proxy-handshakes-per-source=400",
         ],
     );
     let rt = current_thread();
@@ -1960,6 +1962,65 @@ fn stalled_proxy_clients_give_their_places_to_new_clients_at_the_cap() {
             );
         } else {
             assert!(got.is_empty(), "a SOCKS5 client got {got:?}");
+        }
+    });
+    assert!(pair.is_running(), "{}", pair.describe());
+}
+
+/// A client that opens connections faster than the 1 s grace keeps every
+/// place it holds young, so at the cap none is given up: from one address
+/// it shut every other proxy client out. Now one source holds at most
+/// `--max-proxy-handshakes-per-source` (here 4 of 8): its clients past
+/// that are closed at once (HTTP with 503), and a SOCKS5 client from
+/// another address (127.0.0.2) gets its channel while the attacker's
+/// places stay held.
+#[test]
+fn one_source_holds_at_most_its_share_of_the_proxy_handshake_places() {
+    const CAP: usize = 8;
+    let deadline = Duration::from_secs(20);
+    let runner = runner();
+    let echo = PeerRuntime::new().unwrap();
+    let target = echo.echo().unwrap();
+    let (mut pair, socks, http) = proxy_pair(
+        &runner,
+        &[
+            &format!("--proxy-handshake-timeout-ms={}", deadline.as_millis()),
+            &format!("--max-proxy-handshakes={CAP}"),
+            "--max-proxy-handshakes-per-source=4",
+        ],
+    );
+    let rt = current_thread();
+    rt.block_on(async {
+        let stalled = stall_many(0..CAP, socks, http, Duration::from_secs(2)).await;
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let held: Vec<bool> = stalled.iter().map(|c| !c.watch.is_finished()).collect();
+        for i in 0..2 {
+            let socket =
+                socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+            socket
+                .bind(&SocketAddr::from(([127, 0, 0, 2], 0)).into())
+                .unwrap();
+            socket.connect(&socks.into()).unwrap();
+            let (code, took) = good_socks5(socket.into(), target).await;
+            assert_eq!(code, 0, "SOCKS5 reply to the client from 127.0.0.2, {i}");
+            assert!(took < Duration::from_secs(1), "client {i} took {took:?}");
+        }
+        // Which four is up to the order the guest takes its listeners in.
+        assert_eq!(
+            held.iter().filter(|&&h| h).count(),
+            4,
+            "stalled clients holding places: {held:?}"
+        );
+        for (c, _) in stalled.into_iter().zip(held).filter(|(_, h)| !h) {
+            let (got, closed) = c.watch.await.unwrap();
+            assert!(closed.is_some(), "a refused client was not closed");
+            if c.http {
+                assert!(
+                    got.starts_with(b"HTTP/1.1 503 "),
+                    "got {:?}",
+                    String::from_utf8_lossy(&got)
+                );
+            }
         }
     });
     assert!(pair.is_running(), "{}", pair.describe());

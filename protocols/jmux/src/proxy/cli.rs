@@ -23,7 +23,8 @@
 //!   67108864).
 //! - Listener limits (Tether's own; jetsocat has neither, see
 //!   [`HandshakeLimits`]): `--proxy-handshake-timeout-ms MS` (default
-//!   10000) and `--max-proxy-handshakes N` (default 256).
+//!   10000), `--max-proxy-handshakes N` (default 256) and
+//!   `--max-proxy-handshakes-per-source N` (default 64).
 //!
 //! `BIND` is `ip:port` (port 0 for an ephemeral port).
 //!
@@ -47,6 +48,7 @@ pub const USAGE: &str = "usage: jmux-proxy <PIPE> [<LISTENER>...] [--allow-all |
   --receive-budget BYTES   receive windows plus buffered input over all channels (default 67108864)
   --proxy-handshake-timeout-ms MS  time a SOCKS5/HTTP proxy client has for its handshake (default 10000)
   --max-proxy-handshakes N         SOCKS5/HTTP proxy handshakes in progress at once (default 256)
+  --max-proxy-handshakes-per-source N  of those, from one client address (IPv6: one /64; default 64)
   BIND is ip:port (port 0: ephemeral)";
 
 /// The byte pipe that carries the JMUX session.
@@ -119,6 +121,29 @@ pub struct HandshakeLimits {
     /// never stops and the sockets held stay bounded.
     /// `--max-proxy-handshakes`; default 256.
     pub max_in_progress: usize,
+    /// Of those, what one client source holds at once ([`source_of`]: an
+    /// IPv4 address, an IPv6 /64). Past it a new client from that source
+    /// is closed at once like one past `max_in_progress`, unless the
+    /// oldest handshake not done 1 s after its accept is the source's own,
+    /// which then gives its place up: a client that opens connections
+    /// faster than that grace keeps every place young, and from one
+    /// address takes only this share. `--max-proxy-handshakes-per-source`;
+    /// default 64.
+    pub max_per_source: usize,
+}
+
+/// The source a proxy client's handshake counts against: its IPv4
+/// address (also when written as IPv4-mapped IPv6), or its IPv6 address's
+/// /64 prefix (the block one host gets).
+pub fn source_of(peer: SocketAddr) -> std::net::IpAddr {
+    use std::net::{IpAddr, Ipv6Addr};
+    match peer.ip() {
+        IpAddr::V4(v4) => IpAddr::V4(v4),
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => IpAddr::V4(v4),
+            None => IpAddr::V6(Ipv6Addr::from(u128::from(v6) & !((1u128 << 64) - 1))),
+        },
+    }
 }
 
 impl Default for HandshakeLimits {
@@ -126,6 +151,7 @@ impl Default for HandshakeLimits {
         HandshakeLimits {
             timeout: Duration::from_secs(10),
             max_in_progress: 256,
+            max_per_source: 64,
         }
     }
 }
@@ -144,7 +170,8 @@ pub struct ProxyArgs {
     /// [`crate::Session::new`]).
     pub session: Config,
     /// The listeners' handshake bounds: the defaults, with
-    /// `--proxy-handshake-timeout-ms` and `--max-proxy-handshakes` applied.
+    /// `--proxy-handshake-timeout-ms`, `--max-proxy-handshakes` and
+    /// `--max-proxy-handshakes-per-source` applied.
     pub handshakes: HandshakeLimits,
 }
 
@@ -263,6 +290,7 @@ pub fn parse_args<S: AsRef<str>>(args: &[S]) -> Result<ProxyArgs, CliError> {
                 | "--receive-budget"
                 | "--proxy-handshake-timeout-ms"
                 | "--max-proxy-handshakes"
+                | "--max-proxy-handshakes-per-source"
         ) {
             let value = inline
                 .or_else(|| args.next())
@@ -276,8 +304,12 @@ pub fn parse_args<S: AsRef<str>>(args: &[S]) -> Result<ProxyArgs, CliError> {
                 "--proxy-handshake-timeout-ms" => {
                     handshakes.timeout = Duration::from_millis(positive(value)?);
                 }
-                _ => {
+                "--max-proxy-handshakes" => {
                     handshakes.max_in_progress =
+                        usize::try_from(positive(value)?).map_err(|_| bad())?;
+                }
+                _ => {
+                    handshakes.max_per_source =
                         usize::try_from(positive(value)?).map_err(|_| bad())?;
                 }
             }
@@ -427,6 +459,19 @@ mod tests {
     }
 
     #[test]
+    fn a_client_source_is_an_ipv4_address_or_an_ipv6_64() {
+        let src = |s: &str| source_of(s.parse().unwrap());
+        assert_eq!(src("10.0.0.1:1"), src("10.0.0.1:2"));
+        assert_ne!(src("10.0.0.1:1"), src("10.0.0.2:1"));
+        assert_eq!(src("[::ffff:10.0.0.1]:1"), src("10.0.0.1:9"));
+        assert_eq!(
+            src("[2001:db8:1:2:aaaa::1]:1"),
+            src("[2001:db8:1:2:bbbb::2]:1")
+        );
+        assert_ne!(src("[2001:db8:1:2::1]:1"), src("[2001:db8:1:3::1]:1"));
+    }
+
+    #[test]
     fn handshake_limits() {
         let a = parse_args(&[
             "ws://x/",
@@ -434,20 +479,27 @@ mod tests {
             "--proxy-handshake-timeout-ms=1500",
             "--max-proxy-handshakes",
             "32",
+            "--max-proxy-handshakes-per-source=8",
         ])
         .unwrap();
         assert_eq!(
             a.handshakes,
             HandshakeLimits {
                 timeout: Duration::from_millis(1500),
-                max_in_progress: 32
+                max_in_progress: 32,
+                max_per_source: 8,
             }
         );
         let d = parse_args(&["ws://x/"]).unwrap();
         assert_eq!(d.handshakes.timeout, Duration::from_secs(10));
         assert_eq!(d.handshakes.max_in_progress, 256);
+        assert_eq!(d.handshakes.max_per_source, 64);
         for bad in ["0", "-1", "x"] {
-            for name in ["--proxy-handshake-timeout-ms", "--max-proxy-handshakes"] {
+            for name in [
+                "--proxy-handshake-timeout-ms",
+                "--max-proxy-handshakes",
+                "--max-proxy-handshakes-per-source",
+            ] {
                 let e = parse_args(&["ws://x/", name, bad]).unwrap_err();
                 assert!(e.to_string().contains(&format!("{name} {bad}")), "{e}");
             }
