@@ -24,7 +24,7 @@
 //! - Listener limits (Tether's own; jetsocat has neither, see
 //!   [`HandshakeLimits`]): `--proxy-handshake-timeout-ms MS` (default
 //!   10000), `--max-proxy-handshakes N` (default 256) and
-//!   `--max-proxy-handshakes-per-source N` (default 64).
+//!   `--max-proxy-handshakes-per-source N` (default 128).
 //!
 //! `BIND` is `ip:port` (port 0 for an ephemeral port).
 //!
@@ -48,7 +48,7 @@ pub const USAGE: &str = "usage: jmux-proxy <PIPE> [<LISTENER>...] [--allow-all |
   --receive-budget BYTES   receive windows plus buffered input over all channels (default 67108864)
   --proxy-handshake-timeout-ms MS  time a SOCKS5/HTTP proxy client has for its handshake (default 10000)
   --max-proxy-handshakes N         SOCKS5/HTTP proxy handshakes in progress at once (default 256)
-  --max-proxy-handshakes-per-source N  of those, from one client address (IPv6: one /64; default 64)
+  --max-proxy-handshakes-per-source N  of those, from one client address (IPv6: one /64; default 128)
   BIND is ip:port (port 0: ephemeral)";
 
 /// The byte pipe that carries the JMUX session.
@@ -128,7 +128,7 @@ pub struct HandshakeLimits {
     /// which then gives its place up: a client that opens connections
     /// faster than that grace keeps every place young, and from one
     /// address takes only this share. `--max-proxy-handshakes-per-source`;
-    /// default 64.
+    /// default 128 (half the places: a proxy bound to loopback serves one source, whose bursts keep room).
     pub max_per_source: usize,
 }
 
@@ -151,7 +151,7 @@ impl Default for HandshakeLimits {
         HandshakeLimits {
             timeout: Duration::from_secs(10),
             max_in_progress: 256,
-            max_per_source: 64,
+            max_per_source: 128,
         }
     }
 }
@@ -493,7 +493,7 @@ mod tests {
         let d = parse_args(&["ws://x/"]).unwrap();
         assert_eq!(d.handshakes.timeout, Duration::from_secs(10));
         assert_eq!(d.handshakes.max_in_progress, 256);
-        assert_eq!(d.handshakes.max_per_source, 64);
+        assert_eq!(d.handshakes.max_per_source, 128);
         for bad in ["0", "-1", "x"] {
             for name in [
                 "--proxy-handshake-timeout-ms",
