@@ -128,7 +128,8 @@ pub struct HandshakeLimits {
     /// which then gives its place up: a client that opens connections
     /// faster than that grace keeps every place young, and from one
     /// address takes only this share. `--max-proxy-handshakes-per-source`;
-    /// default 128 (half the places: a proxy bound to loopback serves one source, whose bursts keep room).
+    /// default 128, half the places: a proxy bound to loopback serves one
+    /// source, whose bursts of connects keep room.
     pub max_per_source: usize,
 }
 
