@@ -19,7 +19,9 @@
 //! The host's native baseline (`tether bench echo`) runs the same phases.
 //!
 //! `server` waits on one readiness set (`tether:streams/readiness`): a
-//! wake-up costs O(ready streams), not O(open streams). `poll-all` selects
+//! wake-up costs O(ready streams), not O(open streams). A full set (the
+//! host's `readiness_set_entries`) closes only the new stream; the server
+//! serves on. `poll-all` selects
 //! the old loop instead, which passes every stream's pollable to
 //! `wasi:io/poll` and pumps every stream on each wake-up (O(open streams)),
 //! kept so that `tether bench load` can show both in one run.
@@ -258,15 +260,26 @@ fn server(addr: &str, max_connections: u64, tcp_addr: Option<&str>) -> Result<()
     let mut slots: Vec<Option<Slot>> = Vec::new();
     let mut free: Vec<usize> = Vec::new();
     let mut finished = 0u64;
+    let mut refused = 0u64;
     // Takes a free slot for a new stream and registers it for `receive`.
-    let add = |slots: &mut Vec<Option<Slot>>, free: &mut Vec<usize>, s: Slot| {
+    // A full readiness set (`readiness_set_entries`) closes only the new
+    // stream (dropped here; a WebSocket peer hears 1000): the server keeps
+    // serving the others, and takes new ones again once some end. Logged
+    // at powers of two, so a flood cannot flood the log.
+    let mut add = |slots: &mut Vec<Option<Slot>>, free: &mut Vec<usize>, s: Slot| {
         let slot = free.pop().unwrap_or_else(|| {
             slots.push(None);
             slots.len() - 1
         });
-        s.register(&set, true, slot as u64)?;
+        if let Err(e) = s.register(&set, true, slot as u64) {
+            free.push(slot);
+            refused += 1;
+            if refused.is_power_of_two() {
+                eprintln!("echo: {refused} stream(s) closed at accept so far: {e:?}");
+            }
+            return;
+        }
         slots[slot] = Some(s);
-        Ok::<(), ErrorCode>(())
     };
     while max_connections == 0 || finished < max_connections {
         for (key, _) in sdk::wait_ready(&set, &ready, 256) {
@@ -276,7 +289,7 @@ fn server(addr: &str, max_connections: u64, tcp_addr: Option<&str>) -> Result<()
                         stream,
                         pending: VecDeque::new(),
                     });
-                    add(&mut slots, &mut free, s)?;
+                    add(&mut slots, &mut free, s);
                 }
                 continue;
             }
@@ -293,7 +306,7 @@ fn server(addr: &str, max_connections: u64, tcp_addr: Option<&str>) -> Result<()
                         pending: Vec::new(),
                         eof: false,
                     });
-                    add(&mut slots, &mut free, s)?;
+                    add(&mut slots, &mut free, s);
                 }
                 continue;
             }
@@ -312,7 +325,13 @@ fn server(addr: &str, max_connections: u64, tcp_addr: Option<&str>) -> Result<()
             let blocked = c.blocked();
             if blocked != was_blocked {
                 c.deregister(&set, !was_blocked, key);
-                c.register(&set, !blocked, key)?;
+                // The entry just freed makes room; should the set refuse
+                // anyway, only this stream ends.
+                if c.register(&set, !blocked, key).is_err() {
+                    slots[slot] = None;
+                    free.push(slot);
+                    finished += 1;
+                }
             }
         }
     }

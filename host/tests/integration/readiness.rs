@@ -400,3 +400,66 @@ async fn a_server_guest_wake_up_does_not_cost_o_open_streams() {
         single / 1000
     );
 }
+
+/// The red team's eighth round: the echo server guest treated a full
+/// readiness set (`readiness_set_entries`) as fatal, so enough idle
+/// clients made it exit and every client lost the server, for good. Now
+/// a full set closes only the new stream (1000): the held ones still
+/// echo, and once some end a new client is served.
+#[tokio::test(flavor = "current_thread")]
+async fn a_full_readiness_set_closes_only_the_new_stream() {
+    tokio::time::timeout(Duration::from_secs(30), async {
+        let mut config = local_config();
+        // The listener's entry and 7 streams.
+        config.limits.readiness_set_entries = 8;
+        let runner = runner(config);
+        let addr = std::net::SocketAddr::from(([127, 0, 0, 1], closed_port()));
+        let listen = addr.to_string();
+        // Ends after 4 streams: 3 held ones that close, then the late one.
+        let guest = echo(&runner, &["server", &listen, "4"]);
+        let test = peer_runtime().spawn(async move {
+            let url = format!("ws://{addr}/");
+            let up = Instant::now();
+            let mut held = Vec::new();
+            while held.len() < 7 {
+                match tokio_tungstenite::connect_async(&url).await {
+                    Ok((ws, _)) => held.push(ws),
+                    Err(_) if held.is_empty() && up.elapsed() < Duration::from_secs(5) => {
+                        tokio::time::sleep(Duration::from_millis(20)).await;
+                    }
+                    Err(e) => panic!("held client {}: {e}", held.len()),
+                }
+            }
+            let mut closed = 0;
+            for _ in 0..3 {
+                let (mut ws, _) = tokio_tungstenite::connect_async(&url).await.unwrap();
+                match tokio::time::timeout(Duration::from_secs(5), ws.next()).await {
+                    Ok(Some(Ok(Message::Close(_))) | None | Some(Err(_))) => closed += 1,
+                    other => panic!("a stream past the set's room got {other:?}"),
+                }
+            }
+            for ws in &mut held {
+                ws.send(Message::Text("still here".into())).await.unwrap();
+                let echoed = ws.next().await.unwrap().unwrap();
+                assert_eq!(echoed, Message::Text("still here".into()));
+            }
+            for mut ws in held.drain(..3) {
+                ws.close(None).await.unwrap();
+                while ws.next().await.is_some() {}
+            }
+            let (mut late, _) = tokio_tungstenite::connect_async(&url).await.unwrap();
+            late.send(Message::Text("late".into())).await.unwrap();
+            let echoed = late.next().await.unwrap().unwrap();
+            late.close(None).await.unwrap();
+            while late.next().await.is_some() {}
+            (closed, echoed, held)
+        });
+        let (out, test) = tokio::join!(guest, test);
+        let (closed, echoed, _held) = test.unwrap();
+        assert!(out.success(), "{}", show(&out));
+        assert_eq!(closed, 3, "streams past the set's room closed");
+        assert_eq!(echoed, Message::Text("late".into()));
+    })
+    .await
+    .expect("test deadline");
+}
