@@ -119,7 +119,15 @@ struct State {
     inbound: VecDeque<Message>,
     inbound_bytes: usize,
     outbound: VecDeque<WsMessage>,
+    /// Bytes of the outbound queue, plus `in_sink`.
     outbound_bytes: usize,
+    /// Bytes of data messages handed to tungstenite since its last
+    /// completed flush: still in its write buffer (or on their way to the
+    /// kernel). They stay counted in `outbound_bytes` and the host's sum
+    /// until the flush completes, so a peer that never reads pins no
+    /// uncounted bytes there (the red team's eighth round: one message per
+    /// stream, 60 MiB each, outside every bound).
+    in_sink: usize,
     /// Size of the last send refused with would-block: the send pollable is
     /// ready once this much fits, so a guest never spins on it.
     blocked_len: usize,
@@ -273,6 +281,7 @@ impl Shared {
         drop(sink);
         let mut st = self.lock();
         let mut freed = std::mem::take(&mut st.outbound_bytes);
+        st.in_sink = 0;
         st.outbound.clear();
         if st.dropped {
             freed += std::mem::take(&mut st.inbound_bytes);
@@ -478,19 +487,32 @@ impl Shared {
                     }
                 }
                 let m = st.outbound.pop_front().expect("checked above");
-                let len = queued_len(m.len());
-                st.outbound_bytes -= len;
-                self.stats.release_buffered(len, self.buffer_budget);
+                st.in_sink += queued_len(m.len());
                 m
             };
             sink.as_mut().start_send(message)?;
         }
         match sink.as_mut().poll_flush(&mut cx) {
-            Poll::Ready(Ok(())) => {}
+            Poll::Ready(Ok(())) => self.flushed(),
             Poll::Ready(Err(e)) => return Err(e),
             Poll::Pending => self.lock().flush_pending = true,
         }
         Ok(())
+    }
+
+    /// tungstenite's write buffer was flushed (or dropped): the bytes
+    /// handed to it leave the outbound count and the host's sum, and the
+    /// guest may send into the room.
+    fn flushed(&self) {
+        let mut st = self.lock();
+        let n = std::mem::take(&mut st.in_sink);
+        if n == 0 {
+            return;
+        }
+        st.outbound_bytes -= n;
+        drop(st);
+        self.stats.release_buffered(n, self.buffer_budget);
+        self.writable.wake();
     }
 
     fn can_receive(&self) -> bool {
@@ -1112,8 +1134,7 @@ fn drive(shared: &Shared, cx: &mut Context<'_>) -> Poll<Result<Drained, tungsten
                     WsMessage::Binary(b) => queued_len(b.len()),
                     _ => 0,
                 };
-                st.outbound_bytes -= len;
-                shared.stats.release_buffered(len, shared.buffer_budget);
+                st.in_sink += len;
                 st.flush_pending = true;
                 if let WsMessage::Close(frame) = &m {
                     st.close_started = true;
@@ -1127,11 +1148,13 @@ fn drive(shared: &Shared, cx: &mut Context<'_>) -> Poll<Result<Drained, tungsten
             sink.as_mut().start_send(message)?;
             if is_close {
                 ready!(sink.as_mut().poll_flush(cx))?;
+                shared.flushed();
                 return Poll::Ready(Ok(Drained::CloseSent));
             }
             continue;
         }
         ready!(sink.as_mut().poll_flush(cx))?;
+        shared.flushed();
         let mut st = shared.lock();
         if st.outbound.is_empty() {
             st.flush_pending = false;
@@ -1153,6 +1176,8 @@ async fn write_loop(shared: Arc<Shared>) {
     // guest drops the stream.
     let sink = shared.sink.lock().unwrap_or_else(|e| e.into_inner()).take();
     drop(sink);
+    // What tungstenite still held went with it.
+    shared.flushed();
 }
 
 /// Sends what the guest queues until the connection is over: the close

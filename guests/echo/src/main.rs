@@ -171,6 +171,14 @@ impl Slot {
         }
     }
 
+    /// Bytes received and not yet echoed.
+    fn pending_bytes(&self) -> usize {
+        match self {
+            Slot::Ws(c) => c.pending.iter().map(len).sum(),
+            Slot::Tcp(c) => c.pending.len(),
+        }
+    }
+
     /// Whether the slot waits to send rather than to receive.
     fn blocked(&self) -> bool {
         match self {
@@ -238,6 +246,16 @@ fn pump_tcp(c: &mut TcpEchoing) -> bool {
     }
 }
 
+/// Bytes of unsent echoes the server holds over all its streams: peers
+/// that send large messages and never read would otherwise fill the
+/// guest's memory with their echoes, one message each, until it traps and
+/// every client loses the server (the red team's eighth round: 6 such
+/// peers with 60 MiB messages). A stream whose echoes the host cannot take
+/// and that brings the total past this is closed (WebSocket: 1013, try
+/// again later) and its echoes dropped; the others are served on. So the
+/// server holds at most this plus one message.
+const PENDING_BUDGET_BYTES: usize = 32 << 20;
+
 /// Echo server on one readiness set: the listener under
 /// [`LISTENER_KEY`], the TCP listener (if any) under [`TCP_LISTENER_KEY`],
 /// each stream under its slot. A stream is registered for `receive`
@@ -261,6 +279,9 @@ fn server(addr: &str, max_connections: u64, tcp_addr: Option<&str>) -> Result<()
     let mut free: Vec<usize> = Vec::new();
     let mut finished = 0u64;
     let mut refused = 0u64;
+    // Bytes of unsent echoes over all streams (PENDING_BUDGET_BYTES).
+    let mut held = 0usize;
+    let mut over_budget = 0u64;
     // Takes a free slot for a new stream and registers it for `receive`.
     // A full readiness set (`readiness_set_entries`) closes only the new
     // stream (dropped here; a WebSocket peer hears 1000): the server keeps
@@ -315,8 +336,28 @@ fn server(addr: &str, max_connections: u64, tcp_addr: Option<&str>) -> Result<()
                 continue;
             };
             let was_blocked = c.blocked();
-            if !c.pump() {
+            let before = c.pending_bytes();
+            let alive = c.pump();
+            held -= before;
+            if !alive {
                 // Dropping the stream removes its registrations.
+                slots[slot] = None;
+                free.push(slot);
+                finished += 1;
+                continue;
+            }
+            held += c.pending_bytes();
+            if held > PENDING_BUDGET_BYTES && c.blocked() {
+                held -= c.pending_bytes();
+                if let Slot::Ws(w) = c {
+                    let _ = w.stream.close(1013, "echo buffer full");
+                }
+                over_budget += 1;
+                if over_budget.is_power_of_two() {
+                    eprintln!(
+                        "echo: {over_budget} stream(s) closed so far: their echoes would have held more than {PENDING_BUDGET_BYTES} bytes"
+                    );
+                }
                 slots[slot] = None;
                 free.push(slot);
                 finished += 1;
@@ -328,6 +369,7 @@ fn server(addr: &str, max_connections: u64, tcp_addr: Option<&str>) -> Result<()
                 // The entry just freed makes room; should the set refuse
                 // anyway, only this stream ends.
                 if c.register(&set, !blocked, key).is_err() {
+                    held -= c.pending_bytes();
                     slots[slot] = None;
                     free.push(slot);
                     finished += 1;

@@ -750,7 +750,7 @@ async fn one_source_holds_at_most_its_share_of_the_handshake_places() {
         config.limits.max_handshakes_per_source = 4;
         let runner = runner(config);
         let (listen, addr) = listen_address();
-        let guest = echo(&runner, &["server", &listen, "2"]);
+        let guest = echo(&runner, &["server", &listen, "3"]);
         let test = async {
             drop(connect_when_up(addr).await);
             tokio::time::sleep(Duration::from_millis(100)).await;
@@ -758,7 +758,13 @@ async fn one_source_holds_at_most_its_share_of_the_handshake_places() {
             tokio::time::sleep(Duration::from_millis(200)).await;
             let refused = stalled.iter().filter(|s| s.is_finished()).count();
             let mut upgrades = Vec::new();
-            for i in 0..2 {
+            let mut still_held = 0;
+            // The third client comes once the count is taken: the guest
+            // ends after three, and its listener's end closes the rest.
+            for i in 0..3 {
+                if i == 2 {
+                    still_held = stalled.iter().filter(|s| !s.is_finished()).count();
+                }
                 let good = peer_runtime().spawn(async move {
                     let t0 = Instant::now();
                     let socket = tokio::net::TcpSocket::new_v4().unwrap();
@@ -778,7 +784,6 @@ async fn one_source_holds_at_most_its_share_of_the_handshake_places() {
                 });
                 upgrades.push(good.await.unwrap());
             }
-            let still_held = stalled.iter().filter(|s| !s.is_finished()).count();
             for s in &stalled {
                 s.abort();
             }
@@ -1452,6 +1457,112 @@ async fn complete_messages_not_taken_yet_stay_charged_to_the_budget() {
             "{} bytes still charged",
             runner.host().stats.assembling_bytes()
         );
+    })
+    .await
+    .expect("test deadline");
+}
+
+/// The red team's eighth round: the bytes of a message handed to
+/// tungstenite left the stream's outbound count and the host's
+/// `max_buffered_bytes` sum at once, while they sat in its write buffer
+/// until a peer that never reads took them: 16 such peers pinned 960 MiB
+/// nothing counted (the host at 2 GiB against a 256 MiB budget). Now they
+/// count until the flush completes: the sum shows them, and the stream
+/// takes no second large message meanwhile (the old host took it into an
+/// outbound queue it saw as empty).
+#[tokio::test(flavor = "current_thread")]
+async fn messages_in_the_write_buffer_count_until_flushed() {
+    const BIG: usize = 16 << 20;
+    tokio::time::timeout(Duration::from_secs(30), async {
+        let host = tether_host::HostCtx::new(local_config()).unwrap();
+        let options = tether_host::bindings::tether::streams::websocket::ListenOptions {
+            subprotocols: Vec::new(),
+        };
+        let listener =
+            tether_host::websocket::Listener::bind(host.clone(), "127.0.0.1:0", options).unwrap();
+        let peer = raw_upgrade(listener.local_addr()).await;
+        let stream = loop {
+            if let Some(s) = listener.accept().unwrap() {
+                break s;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        };
+        let message =
+            || tether_host::bindings::tether::streams::websocket::Message::Binary(vec![0x42; BIG]);
+        stream.send(message()).unwrap();
+        // The writer hands it to tungstenite; the peer never reads, so the
+        // flush stalls past the kernel's buffers.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let counted = host.stats.buffered_bytes();
+        let second = stream.send(message());
+        drop(peer);
+        assert!(
+            counted >= BIG,
+            "{counted} bytes counted with a {BIG}-byte message unflushed"
+        );
+        assert!(
+            matches!(second, Err(tether_host::ErrorCode::WouldBlock)),
+            "a second large message while the first is unflushed: {second:?}"
+        );
+    })
+    .await
+    .expect("test deadline");
+}
+
+/// The red team's eighth round: peers that send large messages and never
+/// read made the echo server guest hold one unsent echo each in its own
+/// memory until it trapped, and every client lost the server. Now a
+/// stream whose echoes would take the guest's held echoes past its budget
+/// (32 MiB) is closed with 1013, and the server serves on: here 5 peers
+/// with 24 MiB messages against a 128 MiB guest (the old guest trapped).
+#[tokio::test(flavor = "current_thread")]
+async fn peers_that_never_read_large_echoes_do_not_take_the_echo_server_down() {
+    const BIG: usize = 24 << 20;
+    tokio::time::timeout(Duration::from_secs(60), async {
+        let mut config = local_config();
+        config.limits.max_memory_bytes = 128 << 20;
+        let runner = runner(config);
+        let (listen, addr) = listen_address();
+        // Ends after the 5 peers' streams and the good client's.
+        let guest = echo(&runner, &["server", &listen, "6"]);
+        let test = async {
+            let mut peers = Vec::new();
+            for _ in 0..5 {
+                let mut tcp = raw_upgrade(addr).await;
+                peers.push(peer_runtime().spawn(async move {
+                    let message = frame(0x82, &vec![0x33; BIG], true);
+                    for _ in 0..2 {
+                        let sent =
+                            tokio::time::timeout(Duration::from_secs(3), tcp.write_all(&message))
+                                .await;
+                        if !matches!(sent, Ok(Ok(()))) {
+                            break;
+                        }
+                    }
+                    tcp
+                }));
+            }
+            let mut held = Vec::new();
+            for p in peers {
+                held.push(p.await.unwrap());
+            }
+            let good = peer_runtime().spawn(async move {
+                let (mut ws, _) = tokio_tungstenite::connect_async(format!("ws://{addr}/"))
+                    .await
+                    .unwrap();
+                ws.send(Message::Text("hi".into())).await.unwrap();
+                let echoed = ws.next().await.unwrap().unwrap();
+                ws.close(None).await.unwrap();
+                while ws.next().await.is_some() {}
+                echoed
+            });
+            let echoed = good.await.unwrap();
+            drop(held);
+            echoed
+        };
+        let (out, echoed) = tokio::join!(guest, test);
+        assert!(out.success(), "{}", show(&out));
+        assert_eq!(echoed, Message::Text("hi".into()));
     })
     .await
     .expect("test deadline");
