@@ -78,7 +78,9 @@ struct Entry {
 }
 
 /// The source a handshake counts against: an IPv4 address (also when
-/// written as IPv4-mapped IPv6), or an IPv6 address's /64 prefix.
+/// written as IPv4-mapped IPv6), or an IPv6 address's /64 prefix. (The
+/// JMUX guest's `proxy::cli::source_of` counts its proxy clients alike;
+/// the host keeps its own copy rather than depend on the JMUX crate.)
 pub(crate) fn source_of(peer: SocketAddr) -> IpAddr {
     match peer.ip() {
         IpAddr::V4(v4) => IpAddr::V4(v4),

@@ -167,6 +167,17 @@ struct State {
     inline_sent: u8,
 }
 
+impl State {
+    /// tungstenite's write buffer was flushed (or dropped): takes the
+    /// bytes handed to it off the outbound count and returns them, for
+    /// the host's sum ([`Shared::release_flushed`]).
+    fn take_flushed(&mut self) -> usize {
+        let n = std::mem::take(&mut self.in_sink);
+        self.outbound_bytes -= n;
+        n
+    }
+}
+
 pub(crate) struct Shared {
     state: Mutex<State>,
     max_message: usize,
@@ -504,15 +515,17 @@ impl Shared {
     /// handed to it leave the outbound count and the host's sum, and the
     /// guest may send into the room.
     fn flushed(&self) {
-        let mut st = self.lock();
-        let n = std::mem::take(&mut st.in_sink);
-        if n == 0 {
-            return;
+        let n = self.lock().take_flushed();
+        self.release_flushed(n);
+    }
+
+    /// Gives `n` flushed bytes ([`State::take_flushed`]) back to the
+    /// host's sum and wakes the guest's send side.
+    fn release_flushed(&self, n: usize) {
+        if n > 0 {
+            self.stats.release_buffered(n, self.buffer_budget);
+            self.writable.wake();
         }
-        st.outbound_bytes -= n;
-        drop(st);
-        self.stats.release_buffered(n, self.buffer_budget);
-        self.writable.wake();
     }
 
     fn can_receive(&self) -> bool {
@@ -1154,16 +1167,20 @@ fn drive(shared: &Shared, cx: &mut Context<'_>) -> Poll<Result<Drained, tungsten
             continue;
         }
         ready!(sink.as_mut().poll_flush(cx))?;
-        shared.flushed();
         let mut st = shared.lock();
-        if st.outbound.is_empty() {
+        let flushed = st.take_flushed();
+        let idle = st.outbound.is_empty();
+        // The pongs queued so far are on the socket now.
+        let pongs_out = idle && std::mem::take(&mut st.pong_debt) > 0;
+        if idle {
             st.flush_pending = false;
-            // The pongs queued so far are on the socket now.
-            if st.pong_debt > 0 {
-                st.pong_debt = 0;
-                drop(st);
-                shared.inbound_room.wake();
-            }
+        }
+        drop(st);
+        shared.release_flushed(flushed);
+        if pongs_out {
+            shared.inbound_room.wake();
+        }
+        if idle {
             return Poll::Ready(Ok(Drained::Idle));
         }
     }
@@ -1624,7 +1641,10 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Metered<S> {
 }
 
 /// Reads the client's HTTP request head, up to and including the blank
-/// line (RFC 9112 section 2.1), plus whatever came in the same reads.
+/// line (RFC 9112 section 2.1), plus whatever came in the same reads; or
+/// up to its first bare LF line end, which [`upgrade::check`] refuses
+/// (400) at once instead of waiting for a `\r\n\r\n` that such a
+/// client never sends.
 /// Errors: the peer closed first, or the head is over
 /// [`MAX_REQUEST_HEAD_BYTES`] (`InvalidData`).
 async fn read_request_head(tcp: &mut TcpStream) -> std::io::Result<Vec<u8>> {
@@ -1638,7 +1658,7 @@ async fn read_request_head(tcp: &mut TcpStream) -> std::io::Result<Vec<u8>> {
         }
         let from = head.len().saturating_sub(3);
         head.extend_from_slice(&chunk[..n]);
-        if head[from..].windows(4).any(|w| w == b"\r\n\r\n") {
+        if head[from..].windows(4).any(|w| w == b"\r\n\r\n") || upgrade::bare_lf(&head).is_some() {
             return Ok(head);
         }
         if head.len() >= MAX_REQUEST_HEAD_BYTES {

@@ -11,6 +11,7 @@ import crypto from "node:crypto";
 import { Host } from "../src/host.js";
 import { websocketImports } from "../src/websocket.js";
 import { ASSEMBLY_ALLOWANCE_BYTES } from "../src/config.js";
+import { upgradeHead } from "./upgrade-head.js";
 
 const MIB = 1 << 20;
 const BUDGET = 6 * MIB;
@@ -43,12 +44,7 @@ function upgrade(addr) {
     const got = { bytes: Buffer.alloc(0), ended: false };
     sock.on("error", () => {});
     sock.on("close", () => (got.ended = true));
-    sock.on("connect", () =>
-      sock.write(
-        `GET / HTTP/1.1\r\nHost: ${addr}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n` +
-          `Sec-WebSocket-Key: ${crypto.randomBytes(16).toString("base64")}\r\nSec-WebSocket-Version: 13\r\n\r\n`,
-      ),
-    );
+    sock.on("connect", () => sock.write(upgradeHead(addr)));
     let upgraded = false;
     sock.on("data", (d) => {
       got.bytes = Buffer.concat([got.bytes, d]);

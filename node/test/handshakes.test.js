@@ -10,10 +10,10 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import net from "node:net";
-import crypto from "node:crypto";
 import { Host } from "../src/host.js";
 import { websocketImports, sourceOf } from "../src/websocket.js";
 import { HANDSHAKE_EVICT_AFTER_MS } from "../src/config.js";
+import { upgradeHead } from "./upgrade-head.js";
 
 const CAP = 4;
 
@@ -29,9 +29,6 @@ function client(addr, first, localAddress) {
   return { sock, got };
 }
 
-const upgradeHead = (addr) =>
-  `GET / HTTP/1.1\r\nHost: ${addr}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n` +
-  `Sec-WebSocket-Key: ${crypto.randomBytes(16).toString("base64")}\r\nSec-WebSocket-Version: 13\r\n\r\n`;
 
 async function until(what, f, ms = 5_000) {
   const end = Date.now() + ms;

@@ -3,7 +3,11 @@ tunnel to a target that reads and never closes ("hold"), and closes each one as 
 CONNECT reply arrives, at RATE connections/s. Each such channel lingers on side B for up to 5 s
 (LINGER_TIMEOUT) and counts against --max-channels (1024) meanwhile. A legitimate SOCKS5 client
 (another source address) connects to an echo target every 50 ms. Prints its success rate.
-Usage: timeout 200 nice -n 19 python3 tunnel_churn.py RATE [DUR]   (HOST=node for Node)"""
+Usage: timeout 200 nice -n 19 python3 tunnel_churn.py RATE [DUR]   (HOST=node for Node)
+
+Added on 2026-12-04 for the fix's figures (defaults as before): side A gets the extra arguments in
+$A_ARGS (e.g. "--half-close-timeout-ms 0 --max-channels-per-source 1024" for the old behaviour), and
+the last check waits $WAIT s (default 6) after the attack stops."""
 import sys, os, time, socket, subprocess, threading, struct, resource, collections
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from rt import kill, status, drain_output
@@ -34,7 +38,8 @@ def wait_port(port):
         except OSError: time.sleep(0.1)
 def pre(): resource.setrlimit(resource.RLIMIT_NOFILE, (20000, 20000))
 B = subprocess.Popen(jmux_argv(f"ws-listen://127.0.0.1:{pipe}", "--allow", "127.0.0.1:*"), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, preexec_fn=pre); bout = drain_output(B); wait_port(pipe)
-A = subprocess.Popen(jmux_argv(f"ws://127.0.0.1:{pipe}", f"socks5-listen://127.0.0.1:{sp}"), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, preexec_fn=pre); aout = drain_output(A); wait_port(sp); time.sleep(1)
+A_ARGS = os.environ.get("A_ARGS", "").split(); WAIT = float(os.environ.get("WAIT", "6"))
+A = subprocess.Popen(jmux_argv(f"ws://127.0.0.1:{pipe}", f"socks5-listen://127.0.0.1:{sp}", *A_ARGS), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, preexec_fn=pre); aout = drain_output(A); wait_port(sp); time.sleep(1)
 def socks(src, port, timeout=3):
     s = socket.socket(); s.bind((src, 0)); s.settimeout(timeout); s.connect(("127.0.0.1", sp))
     s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -64,13 +69,13 @@ def attacker():
             s, why = socks("127.0.0.1", H, timeout=2); made[why] += 1
             if s: s.close()
         except OSError as e: made[type(e).__name__] += 1
-print(f"# host={HOSTK} RATE={RATE}/s to a {TK} target, DUR={DUR}", flush=True)
+print(f"# host={HOSTK} RATE={RATE}/s to a {TK} target, DUR={DUR}, A_ARGS={A_ARGS}", flush=True)
 print("baseline legit:", legit(3), flush=True)
 th = threading.Thread(target=attacker, daemon=True); th.start(); time.sleep(2)
 c0 = status(B.pid)["cpu_s"]; t0 = time.time()
 print(f"legit during the churn ({DUR:.0f} s):", legit(DUR), flush=True)
 print(f"attacker connections: {dict(made)}; B CPU {(status(B.pid)['cpu_s']-c0)/(time.time()-t0)*100:.0f}%, B {status(B.pid)}, A fds {status(A.pid)['fds']}; hold target saw EOF on {len(held)}", flush=True)
-stop[0] = True; th.join(); time.sleep(6)
-print("legit 6 s after the churn stopped:", legit(3), flush=True)
+stop[0] = True; th.join(); time.sleep(WAIT)
+print(f"legit {WAIT:.0f} s after the churn stopped:", legit(3), flush=True)
 print("B log:", b"".join(bout[-2:]).decode(errors="replace")[-300:])
 kill(A); kill(B)

@@ -336,19 +336,10 @@ fn server(addr: &str, max_connections: u64, tcp_addr: Option<&str>) -> Result<()
                 continue;
             };
             let was_blocked = c.blocked();
-            let before = c.pending_bytes();
+            held -= c.pending_bytes();
             let alive = c.pump();
-            held -= before;
-            if !alive {
-                // Dropping the stream removes its registrations.
-                slots[slot] = None;
-                free.push(slot);
-                finished += 1;
-                continue;
-            }
-            held += c.pending_bytes();
-            if held > PENDING_BUDGET_BYTES && c.blocked() {
-                held -= c.pending_bytes();
+            let over = alive && c.blocked() && held + c.pending_bytes() > PENDING_BUDGET_BYTES;
+            if over {
                 if let Slot::Ws(w) = c {
                     let _ = w.stream.close(1013, "echo buffer full");
                 }
@@ -358,22 +349,23 @@ fn server(addr: &str, max_connections: u64, tcp_addr: Option<&str>) -> Result<()
                         "echo: {over_budget} stream(s) closed so far: their echoes would have held more than {PENDING_BUDGET_BYTES} bytes"
                     );
                 }
+            }
+            // Registered for what it waits on now. The entry just freed
+            // makes room; should the set refuse anyway, only this stream
+            // ends.
+            let keep = alive
+                && !over
+                && (c.blocked() == was_blocked || {
+                    c.deregister(&set, !was_blocked, key);
+                    c.register(&set, was_blocked, key).is_ok()
+                });
+            if keep {
+                held += c.pending_bytes();
+            } else {
+                // Dropping the stream removes its registrations.
                 slots[slot] = None;
                 free.push(slot);
                 finished += 1;
-                continue;
-            }
-            let blocked = c.blocked();
-            if blocked != was_blocked {
-                c.deregister(&set, !was_blocked, key);
-                // The entry just freed makes room; should the set refuse
-                // anyway, only this stream ends.
-                if c.register(&set, !blocked, key).is_err() {
-                    held -= c.pending_bytes();
-                    slots[slot] = None;
-                    free.push(slot);
-                    finished += 1;
-                }
             }
         }
     }

@@ -43,6 +43,7 @@
 mod log_budget;
 mod pipe;
 
+use std::collections::hash_map::Entry;
 use std::collections::{HashMap, VecDeque};
 use std::net::IpAddr;
 use std::process::ExitCode;
@@ -187,6 +188,8 @@ fn run(args: ProxyArgs, poll_all: bool) -> Result<(), String> {
         handshake_deadlines: VecDeque::new(),
         live_handshakes: 0,
         handshakes_per_source: HashMap::new(),
+        channels_per_source: HashMap::new(),
+        max_channels_per_source: args.max_channels_per_source,
         linger_deadlines: VecDeque::new(),
         handshakes_cut: [0, 0, 0, 0],
         connects: Vec::new(),
@@ -378,6 +381,9 @@ struct Chan {
     /// A plain HTTP proxy request (`http-listen://`): what of the
     /// client's bytes after the head may reach the origin.
     forward: Option<Forward>,
+    /// The listener client's source ([`cli::source_of`]), counted in
+    /// [`Proxy::channels_per_source`]; `None` for a peer's OPEN.
+    source: Option<IpAddr>,
 }
 
 /// The client side of a plain HTTP proxy request: its gate, and bytes
@@ -437,6 +443,7 @@ impl Chan {
             watch_read: false,
             watch_write: false,
             forward: None,
+            source: None,
         }
     }
 
@@ -538,6 +545,10 @@ struct Proxy {
     live_handshakes: usize,
     /// Handshakes in progress by client source (none at 0).
     handshakes_per_source: HashMap<IpAddr, usize>,
+    /// Channels of the listeners' clients by source (none at 0), and the
+    /// most one source holds (`--max-channels-per-source`).
+    channels_per_source: HashMap<IpAddr, u32>,
+    max_channels_per_source: u32,
     /// (deadline, channel) of the channels that began to linger, oldest
     /// first (one timeout for all). Entries of channels released earlier
     /// stay until they reach the front or the queue is compacted.
@@ -581,6 +592,24 @@ struct Proxy {
 }
 
 /// `ip:port` / `[v6]:port` for the host's `tcp.connect`.
+/// Takes channel `id` out of its slot, and off its source's count.
+fn take_chan(
+    chans: &mut [Option<Chan>],
+    per_source: &mut HashMap<IpAddr, u32>,
+    id: ChannelId,
+) -> Option<Chan> {
+    let chan = chans.get_mut(id.0 as usize).and_then(Option::take)?;
+    if let Some(source) = chan.source
+        && let Entry::Occupied(mut n) = per_source.entry(source)
+    {
+        *n.get_mut() -= 1;
+        if *n.get() == 0 {
+            n.remove();
+        }
+    }
+    Some(chan)
+}
+
 fn host_port(d: &Destination) -> String {
     if d.host.contains(':') {
         format!("[{}]:{}", d.host, d.port)
@@ -1043,7 +1072,7 @@ impl Proxy {
                     reason,
                     description,
                 } => {
-                    let Some(chan) = self.chans.get_mut(id.0 as usize).and_then(Option::take)
+                    let Some(chan) = take_chan(&mut self.chans, &mut self.channels_per_source, id)
                     else {
                         continue;
                     };
@@ -1071,10 +1100,24 @@ impl Proxy {
                         self.mark_dirty(id);
                     }
                 }
-                Event::Closed { id } => {
-                    if let Some(slot) = self.chans.get_mut(id.0 as usize) {
-                        *slot = None;
+                Event::HalfCloseTimeout { id } => {
+                    // The session sent CLOSE; the socket goes once the
+                    // peer's CLOSE comes (`release_if_gone`), unread.
+                    if let Some(chan) = self.chan(id) {
+                        chan.read_stopped = true;
+                        chan.failed = true;
+                        chan.writable = true;
+                        chan.out.clear();
+                        chan.pending = Vec::new();
+                        chan.pending_off = 0;
+                        self.mark_dirty(id);
                     }
+                    self.log_clients.log(Instant::now(), || {
+                        format!("{id}: half-closed and idle past the half-close timeout: closed")
+                    });
+                }
+                Event::Closed { id } => {
+                    take_chan(&mut self.chans, &mut self.channels_per_source, id);
                 }
                 Event::Writable { id } => {
                     if let Some(chan) = self.chan(id) {
@@ -1281,10 +1324,25 @@ impl Proxy {
         forward: Option<Forward>,
         now: Instant,
     ) {
-        match self.session.open(dest, now) {
+        let source = conn.stream.peer_address().parse().ok().map(cli::source_of);
+        let held = source.map_or(0, |s| {
+            self.channels_per_source.get(&s).copied().unwrap_or(0)
+        });
+        let opened = if held >= self.max_channels_per_source {
+            Err(format!(
+                "its source holds {held} channels, the most one source may (--max-channels-per-source)"
+            ))
+        } else {
+            self.session.open(dest, now).map_err(|e| e.to_string())
+        };
+        match opened {
             Ok(id) => {
                 let mut chan = Chan::new(conn, false, greeting, pending);
                 chan.forward = forward;
+                if let Some(s) = source {
+                    chan.source = Some(s);
+                    *self.channels_per_source.entry(s).or_insert(0) += 1;
+                }
                 self.insert_chan(id, chan);
             }
             Err(e) => {
@@ -1295,10 +1353,13 @@ impl Proxy {
                     Greeting::Socks => {
                         conn.write_some(&socks5::reply(Some(ReasonCode::GeneralFailure)))
                     }
-                    Greeting::HttpConnect => conn.write_some(&http::failure_response(
-                        ReasonCode::GeneralFailure,
-                        &e.to_string(),
-                    )),
+                    Greeting::HttpConnect => {
+                        conn.write_some(&http::failure_response(ReasonCode::GeneralFailure, &e))
+                    }
+                    // A plain proxy request.
+                    Greeting::None if forward.is_some() => {
+                        conn.write_some(&http::failure_response(ReasonCode::GeneralFailure, &e))
+                    }
                     Greeting::None => {}
                 }
             }
@@ -1646,6 +1707,7 @@ impl Proxy {
             chans,
             session,
             linger_deadlines,
+            channels_per_source,
             ..
         } = self;
         let Some(chan) = chans[id.0 as usize].as_mut() else {
@@ -1675,7 +1737,7 @@ impl Proxy {
             }
         }
         if chan.read_eof || chan.failed {
-            chans[id.0 as usize] = None;
+            take_chan(chans, channels_per_source, id);
             let _ = session.release(id);
         }
     }
@@ -1695,7 +1757,7 @@ impl Proxy {
             }
             self.linger_deadlines.pop_front();
             if live {
-                self.chans[id.0 as usize] = None;
+                take_chan(&mut self.chans, &mut self.channels_per_source, id);
                 let _ = self.session.release(id);
             }
         }
@@ -1874,7 +1936,7 @@ impl Proxy {
             if chan.read_eof {
                 if !chan.eof_sent {
                     chan.eof_sent = true;
-                    let _ = self.session.shutdown(id);
+                    let _ = self.session.shutdown(id, now);
                 }
                 return Ok(());
             }

@@ -18,6 +18,20 @@
 pub(crate) const MAX_REQUEST_HEADERS: usize =
     tokio_tungstenite::tungstenite::handshake::headers::MAX_HEADERS;
 
+/// Where the request head (up to its blank line, `\r\n\r\n`, or all
+/// of `head` while it has none) has an LF not preceded by CR, if it has
+/// one. RFC 9112 section 2.2 lets a server take a bare LF as a line end;
+/// this one refuses it (400), the Node host's `ws` alike: a head whose
+/// lines end in bare LF never showed its `\r\n\r\n` blank line and
+/// waited for the handshake timeout (the red team's eighth round).
+pub(crate) fn bare_lf(head: &[u8]) -> Option<usize> {
+    let end = head
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .unwrap_or(head.len());
+    (0..end).find(|&i| head[i] == b'\n' && (i == 0 || head[i - 1] != b'\r'))
+}
+
 /// Why an upgrade request was refused, and so which HTTP status it gets.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Refusal {
@@ -74,6 +88,11 @@ impl Refusal {
 /// Header names and the tokens in `Upgrade` and `Connection` compare
 /// case-insensitively. Errors: the first requirement the head fails.
 pub(crate) fn check(head: &[u8]) -> Result<(), Refusal> {
+    if bare_lf(head).is_some() {
+        return Err(Refusal::BadRequest(
+            "a line of the request head ends in a bare LF; HTTP/1.1 lines end in CRLF",
+        ));
+    }
     let mut headers = [httparse::EMPTY_HEADER; MAX_REQUEST_HEADERS];
     let mut request = httparse::Request::new(&mut headers);
     match request.parse(head) {
@@ -271,6 +290,14 @@ mod tests {
                 426,
             ),
             (good(&["Sec-WebSocket-Version: 13\r\n"]), 400),
+            // Bare LF line ends (RFC 9112 section 2.2), all or one.
+            (
+                b"GET / HTTP/1.1\nHost: x\nUpgrade: websocket\nConnection: Upgrade\n\
+                  Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\nSec-WebSocket-Version: 13\n\n"
+                    .to_vec(),
+                400,
+            ),
+            (good(&["X-Bare: lf\n"]), 400),
         ];
         for (i, (request, want)) in cases.into_iter().enumerate() {
             let refusal = bad(check(&request));

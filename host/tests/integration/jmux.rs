@@ -2339,3 +2339,192 @@ fn hung_connects_hold_up_no_other_open() {
         );
     });
 }
+
+/// The red team of 2026-12-03, eighth round: a SOCKS5 client that opens
+/// channels to a target that reads, sees EOF and never closes its half,
+/// and drops each connection once the CONNECT reply came, left every
+/// channel half-closed for ever: 1,023 taken in 10 s from one address, and
+/// every later client refused. Now a channel half-closed and idle for
+/// `--half-close-timeout-ms` (here 1 s) is closed: the places come back
+/// within two periods. A half-closed channel that keeps moving bytes (a
+/// slow answer after the client's EOF, 4.8 s long) is kept to its end.
+#[test]
+fn half_closed_channels_whose_target_never_closes_are_closed_at_the_half_close_timeout() {
+    use std::net::{Shutdown, TcpListener};
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    const CAP: usize = 8;
+    const TIMEOUT: Duration = Duration::from_secs(1);
+    let runner = runner();
+    // Reads each connection to its EOF, then keeps it open for ever.
+    let silent = TcpListener::bind(local(0)).unwrap();
+    let silent_addr = silent.local_addr().unwrap();
+    let eofs = Arc::new(AtomicUsize::new(0));
+    let seen = eofs.clone();
+    std::thread::spawn(move || {
+        for conn in silent.incoming() {
+            let Ok(mut conn) = conn else { return };
+            let seen = seen.clone();
+            std::thread::spawn(move || {
+                let mut buf = [0u8; 1024];
+                while conn.read(&mut buf).is_ok_and(|n| n > 0) {}
+                seen.fetch_add(1, Ordering::SeqCst);
+                std::thread::sleep(Duration::from_secs(3600));
+                drop(conn);
+            });
+        }
+    });
+    // Reads to EOF, then answers one byte every 400 ms, twelve times.
+    let drip = TcpListener::bind(local(0)).unwrap();
+    let drip_addr = drip.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for conn in drip.incoming() {
+            let Ok(mut conn) = conn else { return };
+            std::thread::spawn(move || {
+                let mut buf = [0u8; 1024];
+                while conn.read(&mut buf).is_ok_and(|n| n > 0) {}
+                for i in 0..12u8 {
+                    std::thread::sleep(Duration::from_millis(400));
+                    if conn.write_all(&[b'0' + i]).is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    let (mut pair, socks, _) = proxy_pair(
+        &runner,
+        &[
+            &format!("--max-channels={CAP}"),
+            &format!("--max-channels-per-source={CAP}"),
+            &format!("--half-close-timeout-ms={}", TIMEOUT.as_millis()),
+        ],
+    );
+    let v4 = |a: SocketAddr| match a.ip() {
+        std::net::IpAddr::V4(ip) => ip.octets(),
+        std::net::IpAddr::V6(_) => unreachable!("bound on 127.0.0.1"),
+    };
+
+    // The slow answer first: it outlives two periods of the timeout.
+    let mut slow = TcpStream::connect(socks).unwrap();
+    assert_eq!(
+        socks5_handshake(
+            slow.try_clone().unwrap(),
+            1,
+            &v4(drip_addr),
+            drip_addr.port()
+        ),
+        0
+    );
+    slow.write_all(b"request").unwrap();
+    slow.shutdown(Shutdown::Write).unwrap();
+    let reader = std::thread::spawn(move || {
+        slow.set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        let mut got = Vec::new();
+        let _ = slow.read_to_end(&mut got);
+        got
+    });
+
+    // The attack: every other channel, half-closed and left.
+    let mut attacks = 0;
+    while eofs.load(Ordering::SeqCst) < CAP - 1 {
+        assert!(
+            attacks < 4 * CAP,
+            "no more half-closed channels after {attacks}"
+        );
+        let code = socks5_connect(socks, 1, &v4(silent_addr), silent_addr.port());
+        assert_eq!(code, 0, "attack connection {attacks}");
+        attacks += 1;
+        let wait = Instant::now();
+        while eofs.load(Ordering::SeqCst) < attacks && wait.elapsed() < Duration::from_secs(5) {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+    let full = Instant::now();
+    let code = socks5_connect(socks, 1, &v4(silent_addr), silent_addr.port());
+    assert_ne!(code, 0, "a channel past the cap of {CAP}");
+
+    // Places come back once the half-closed channels time out (within two
+    // periods), well before the slow answer frees its own.
+    let back = loop {
+        let took = full.elapsed();
+        assert!(
+            took < 3 * TIMEOUT,
+            "no channel back {took:?} after every channel was half-closed"
+        );
+        let c = TcpStream::connect(socks).unwrap();
+        if socks5_handshake(c, 1, &v4(silent_addr), silent_addr.port()) == 0 {
+            break took;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    eprintln!("a channel came back {back:?} after the cap was reached");
+    assert_eq!(reader.join().unwrap(), b"0123456789:;", "the slow answer");
+    assert!(pair.is_running(), "{}", pair.describe());
+}
+
+/// The other half of that finding: the attacker was one client address.
+/// Now one source holds at most `--max-channels-per-source` (default half
+/// of `--max-channels`, here 4 of 8) of the listeners' channels: its next
+/// client is refused (SOCKS5 reply 1, HTTP 502) while a client from
+/// another address (127.0.0.2) gets its channel, and the source gets
+/// channels again as its own end.
+#[test]
+fn one_source_holds_at_most_its_share_of_the_channels() {
+    use std::net::Shutdown;
+    const CAP: usize = 8;
+    let runner = runner();
+    let echo = PeerRuntime::new().unwrap();
+    let target = echo.echo().unwrap();
+    let (mut pair, socks, http) = proxy_pair(&runner, &[&format!("--max-channels={CAP}")]);
+    let socks5_from = |src: [u8; 4]| {
+        let socket =
+            socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+        socket.bind(&SocketAddr::from((src, 0)).into()).unwrap();
+        socket.connect(&socks.into()).unwrap();
+        let conn: TcpStream = socket.into();
+        let t = match target.ip() {
+            std::net::IpAddr::V4(ip) => ip.octets(),
+            std::net::IpAddr::V6(_) => unreachable!("bound on 127.0.0.1"),
+        };
+        let code = socks5_handshake(conn.try_clone().unwrap(), 1, &t, target.port());
+        (code, conn)
+    };
+    let mut held = Vec::new();
+    for i in 0..CAP / 2 {
+        let (code, conn) = socks5_from([127, 0, 0, 1]);
+        assert_eq!(code, 0, "channel {i} of the source's share");
+        held.push(conn);
+    }
+    let (code, _) = socks5_from([127, 0, 0, 1]);
+    assert_eq!(code, 1, "past the source's share");
+    assert_eq!(
+        http_connect(http, "127.0.0.1", target.port()),
+        502,
+        "an HTTP CONNECT past the share"
+    );
+    // Another address still gets a channel, and it carries bytes.
+    let (code, mut other) = socks5_from([127, 0, 0, 2]);
+    assert_eq!(code, 0, "a client from another source");
+    other.write_all(b"ping").unwrap();
+    let mut pong = [0u8; 4];
+    other.read_exact(&mut pong).unwrap();
+    assert_eq!(&pong, b"ping");
+    // The source's channels end: its share is free again.
+    for c in held.drain(..) {
+        c.shutdown(Shutdown::Both).unwrap();
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let (code, _) = socks5_from([127, 0, 0, 1]);
+        if code == 0 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the source got no channel 10 s after its own ended"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(pair.is_running(), "{}", pair.describe());
+}

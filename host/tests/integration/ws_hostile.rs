@@ -983,6 +983,21 @@ async fn bad_upgrade_requests_get_an_http_error_and_the_listener_serves_on() {
             "400",
         ),
         ("not HTTP", "\u{1}\u{2}garbage\r\n\r\n".to_string(), "400"),
+        // Bare LF line ends (RFC 9112 section 2.2): the host waited for a
+        // `\r\n\r\n` such a client never sends, until the handshake
+        // timeout (10 s), and answered nothing (red team, eighth round).
+        (
+            "bare LF",
+            "GET / HTTP/1.1\nHost: x\nUpgrade: websocket\nConnection: Upgrade\n\
+             Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\nSec-WebSocket-Version: 13\n\n"
+                .to_string(),
+            "400",
+        ),
+        (
+            "one bare LF, then CRLF",
+            format!("GET / HTTP/1.1\nHost: x\r\n{up}{key}{v13}\r\n"),
+            "400",
+        ),
     ];
     tokio::time::timeout(Duration::from_secs(30), async {
         let runner = runner(local_config());

@@ -939,7 +939,7 @@ pub fn session(data: &[u8]) {
                 }
             }
             Step::Shutdown(i) => {
-                let _ = h.s.shutdown(ChannelId(u32::from(i % 8)));
+                let _ = h.s.shutdown(ChannelId(u32::from(i % 8)), h.now);
             }
             Step::Abort(i) => {
                 let _ = h.s.abort(ChannelId(u32::from(i % 8)));

@@ -130,6 +130,12 @@ pub(crate) struct Channel {
     pub held: bool,
     /// `Event::Data` was emitted and the reader has not consumed since.
     pub readable_notified: bool,
+    /// Payload bytes moved either way (sent, received, consumed), wrapping:
+    /// what the half-close idle check compares.
+    pub moved: u64,
+    /// While half-closed under a half-close timeout: the deadline of the
+    /// next idle check and `moved` when it was set.
+    pub idle_check: Option<(Instant, u64)>,
 }
 
 impl Channel {
@@ -153,6 +159,8 @@ impl Channel {
             close_received: false,
             held: false,
             readable_notified: false,
+            moved: 0,
+            idle_check: None,
         }
     }
 
@@ -171,6 +179,15 @@ impl Channel {
     /// Whether the local side may still send DATA.
     pub fn can_send(&self) -> bool {
         self.phase == Phase::Open && !self.eof_sent && !self.close_sent && !self.close_received
+    }
+
+    /// EOF went one way only and no CLOSE either way: one side still
+    /// talks, the other finished.
+    pub fn half_closed(&self) -> bool {
+        self.phase == Phase::Open
+            && self.eof_sent != self.eof_received
+            && !self.close_sent
+            && !self.close_received
     }
 
     /// Whether the id can be released: CLOSE both ways, nothing left for

@@ -36,6 +36,9 @@ use crate::sender::{PushError, Sender, SenderConfig};
 /// Source: JMUX spec, "Windows and packet sizes"; jetsocat 2026.2.4.
 pub const MIN_WINDOW: u32 = 2 * 4096;
 
+/// [`Config::half_close_timeout`]'s default: 30 s.
+pub const DEFAULT_HALF_CLOSE_TIMEOUT: Duration = Duration::from_secs(30);
+
 /// The largest window the spec allows, bytes: "The window MUST NOT be
 /// increased above 2^32 - 1 bytes" (JMUX spec, "Data Transfer").
 const MAX_WINDOW: u64 = u32::MAX as u64;
@@ -109,6 +112,23 @@ pub struct Config {
     /// `None`: wait forever, like the reference). A late answer is then
     /// handled silently (OPEN SUCCESS is answered with CLOSE).
     pub open_timeout: Option<Duration>,
+    /// How long a half-closed channel (EOF went one way only, no CLOSE
+    /// yet) may stay idle, no payload byte sent, received or consumed,
+    /// before the session ends it: CLOSE as [`Session::abort`] sends it,
+    /// and [`Event::HalfCloseTimeout`] for the driver (default 30 s;
+    /// `None`: never). Idleness is checked once per period, so a channel
+    /// ends after between one and two periods of silence; a channel that
+    /// keeps moving bytes one way after the other's EOF is never cut.
+    ///
+    /// Why: a half-close is legitimate TCP, but a client that sends EOF
+    /// and leaves, towards a target that never closes its half, held its
+    /// channel for ever; 1,023 of them, opened and dropped at 100 a second
+    /// by one SOCKS5 client, took every channel of a tunnel and kept them
+    /// (the red team of 2026-12-03, eighth round). HAProxy's `timeout
+    /// client-fin` / `timeout server-fin` are the same bound.
+    ///
+    /// Source: JMUX spec, "Channel life cycle" (EOF, then CLOSE both ways).
+    pub half_close_timeout: Option<Duration>,
     /// Most bytes of control messages (OPEN SUCCESS/FAILURE, WINDOW
     /// ADJUST, EOF, CLOSE, encoded size) waiting for room in the output
     /// buffer (default 262144 = 256 KiB). Past it,
@@ -156,6 +176,7 @@ impl Default for Config {
             receive_budget: 64 << 20,
             max_channels: 1024,
             open_timeout: None,
+            half_close_timeout: Some(DEFAULT_HALF_CLOSE_TIMEOUT),
             max_control_backlog: 256 * 1024,
             max_pending_events: 4096,
             max_pending_open_requests: 64,
@@ -235,6 +256,16 @@ pub enum Event {
     /// The peer sent EOF: after the buffered bytes, nothing more will come.
     /// Half-close the local target (FIN) once they are written.
     Eof {
+        /// The channel.
+        id: ChannelId,
+    },
+    /// The channel stayed half-closed and idle for
+    /// [`Config::half_close_timeout`]: the session sent CLOSE and dropped
+    /// its buffered input, as [`Session::abort`] does. Drop the local
+    /// socket (its bytes have nowhere to go) and [`Session::release`] the
+    /// channel if held; [`Event::Closed`] follows once the peer's CLOSE
+    /// came.
+    HalfCloseTimeout {
         /// The channel.
         id: ChannelId,
     },
@@ -350,6 +381,8 @@ pub struct Stats {
     /// 2^32 - 1 bytes (the credit stops there; JMUX spec, "Data
     /// Transfer").
     pub window_overflows: u64,
+    /// Channels ended by [`Config::half_close_timeout`].
+    pub half_close_timeouts: u64,
 }
 
 /// The JMUX session state machine (see the module docs).
@@ -397,6 +430,11 @@ pub struct Session {
     /// abandoned), earliest first: [`Session::next_deadline`] and
     /// [`Session::handle_timeout`] cost O(log channels), not O(channels).
     open_deadlines: BTreeSet<(Instant, u32)>,
+    /// Idle checks of half-closed channels ([`Config::half_close_timeout`],
+    /// [`Channel::idle_check`]), earliest first; an entry leaves when its
+    /// channel is freed or its check runs, so it holds at most one entry
+    /// per channel.
+    half_close_deadlines: BTreeSet<(Instant, u32)>,
     /// Channels whose CLOSE arrived from the peer since the driver last
     /// asked ([`Session::poll_peer_closed`]); ids leave when freed.
     peer_closed: BTreeSet<u32>,
@@ -462,6 +500,7 @@ impl Session {
             pending_open_requests: 0,
             waiting_for_room: VecDeque::new(),
             open_deadlines: BTreeSet::new(),
+            half_close_deadlines: BTreeSet::new(),
             peer_closed: BTreeSet::new(),
             error: None,
             stats: Stats::default(),
@@ -529,6 +568,9 @@ impl Session {
 
     fn free(&mut self, id: ChannelId) {
         self.forget_open_deadline(id);
+        if let Some((deadline, _)) = self.get(id).and_then(|ch| ch.idle_check) {
+            self.half_close_deadlines.remove(&(deadline, id.0));
+        }
         self.peer_closed.remove(&id.0);
         if let Some(ch) = self.channels[id.0 as usize].take() {
             self.waiting.remove(&id.0);
@@ -589,6 +631,26 @@ impl Session {
         }) = self.get(id).map(|ch| ch.phase)
         {
             self.open_deadlines.remove(&(deadline, id.0));
+        }
+    }
+
+    /// Starts the idle check of a channel that just became half-closed
+    /// (see [`Config::half_close_timeout`]).
+    fn arm_half_close(&mut self, id: ChannelId, now: Instant) {
+        let Some(timeout) = self.config.half_close_timeout else {
+            return;
+        };
+        let Some(ch) = self
+            .channels
+            .get_mut(id.0 as usize)
+            .and_then(Option::as_mut)
+        else {
+            return;
+        };
+        if ch.half_closed() && ch.idle_check.is_none() {
+            let deadline = now + timeout;
+            ch.idle_check = Some((deadline, ch.moved));
+            self.half_close_deadlines.insert((deadline, id.0));
         }
     }
 
@@ -793,6 +855,7 @@ impl Session {
             }
         }
         stats.data_bytes_sent += sent as u64;
+        ch.moved = ch.moved.wrapping_add(sent as u64);
         if sent < data.len() {
             ch.want_writable = true;
             if ch.credit > 0 {
@@ -809,11 +872,13 @@ impl Session {
 
     /// The local source reached end of stream: queues EOF, or CLOSE instead
     /// when the peer already sent EOF. Idempotent; later `send_data` fails.
+    /// A channel left half-closed starts its idle check at `now`
+    /// ([`Config::half_close_timeout`]).
     ///
     /// Errors: [`ChannelError::UnknownChannel`], [`ChannelError::NotOpen`].
     ///
     /// Source: JMUX spec, "Channel life cycle".
-    pub fn shutdown(&mut self, id: ChannelId) -> Result<(), ChannelError> {
+    pub fn shutdown(&mut self, id: ChannelId, now: Instant) -> Result<(), ChannelError> {
         let ch = self.get_mut(id).ok_or(ChannelError::UnknownChannel(id))?;
         if ch.phase != Phase::Open {
             return Err(ChannelError::NotOpen(id));
@@ -834,6 +899,7 @@ impl Session {
             self.queue(Message::Eof {
                 recipient_channel_id,
             });
+            self.arm_half_close(id, now);
         }
         Ok(())
     }
@@ -959,6 +1025,7 @@ impl Session {
         }
         ch.readable_notified = false;
         ch.rx_consumed += n as u64;
+        ch.moved = ch.moved.wrapping_add(n as u64);
         if n > 0 {
             self.grant(id);
             if !self.waiting.is_empty() {
@@ -1193,7 +1260,7 @@ impl Session {
             } => self.on_data(recipient_channel_id, &payload)?,
             Message::Eof {
                 recipient_channel_id,
-            } => self.on_eof(recipient_channel_id),
+            } => self.on_eof(recipient_channel_id, now),
             Message::Close {
                 recipient_channel_id,
             } => self.on_close(recipient_channel_id),
@@ -1410,6 +1477,7 @@ impl Session {
         ch.rx_window -= len as u64;
         reserve_within_window(&mut ch.rx, &mut ch.rx_allocated, len, ch.rx_window);
         ch.rx.extend_from_slice(payload);
+        ch.moved = ch.moved.wrapping_add(len as u64);
         let notify = !ch.readable_notified;
         ch.readable_notified = true;
         self.stats.data_bytes_received += len as u64;
@@ -1422,7 +1490,7 @@ impl Session {
         Ok(())
     }
 
-    fn on_eof(&mut self, raw: u32) {
+    fn on_eof(&mut self, raw: u32, now: Instant) {
         let Some(id) = self.open_channel_for(raw, MessageType::Eof) else {
             return;
         };
@@ -1447,6 +1515,8 @@ impl Session {
             self.queue(Message::Close {
                 recipient_channel_id,
             });
+        } else {
+            self.arm_half_close(id, now);
         }
         self.free_if_finished(id);
     }
@@ -1477,9 +1547,12 @@ impl Session {
         self.free_if_finished(id);
     }
 
-    /// Handles protocol timers due at `now` (the optional open timeout).
-    /// Call when [`Session::next_deadline`] has passed; harmless otherwise.
+    /// Handles protocol timers due at `now`: the optional open timeout and
+    /// the half-closed channels' idle checks
+    /// ([`Config::half_close_timeout`]). Call when
+    /// [`Session::next_deadline`] has passed; harmless otherwise.
     pub fn handle_timeout(&mut self, now: Instant) {
+        self.check_half_closed(now);
         while let Some(&(deadline, raw)) = self.open_deadlines.first() {
             if now < deadline {
                 break;
@@ -1505,6 +1578,43 @@ impl Session {
                 reason: ReasonCode::TtlExpired,
                 description: "no answer to OPEN before the open timeout".to_owned(),
             });
+        }
+    }
+
+    /// Runs the idle checks due at `now`: a half-closed channel whose
+    /// bytes moved since its check was set gets a new one a period later;
+    /// one that stayed silent is ended ([`Event::HalfCloseTimeout`]).
+    /// O(log channels) per check.
+    fn check_half_closed(&mut self, now: Instant) {
+        let Some(timeout) = self.config.half_close_timeout else {
+            return;
+        };
+        while let Some(&(deadline, raw)) = self.half_close_deadlines.first() {
+            if now < deadline {
+                break;
+            }
+            self.half_close_deadlines.pop_first();
+            let Some(ch) = self.channels.get_mut(raw as usize).and_then(Option::as_mut) else {
+                continue;
+            };
+            let Some((armed, mark)) = ch.idle_check.take() else {
+                continue;
+            };
+            debug_assert_eq!(armed, deadline, "one entry per channel");
+            if !ch.half_closed() {
+                // Closed both ways (or CLOSE went) since: nothing to bound.
+                continue;
+            }
+            if ch.moved != mark {
+                let next = now + timeout;
+                ch.idle_check = Some((next, ch.moved));
+                self.half_close_deadlines.insert((next, raw));
+                continue;
+            }
+            let id = ChannelId(raw);
+            self.stats.half_close_timeouts += 1;
+            self.events.push_back(Event::HalfCloseTimeout { id });
+            let _ = self.abort(id);
         }
     }
 
@@ -1568,17 +1678,22 @@ impl Session {
 
     /// When the driver must wake up even if no I/O happens: the earliest of
     /// the sender's flush deadline (held-back drain flush at +50 us, backstop
-    /// at +1 ms from the first unflushed byte) and open timeouts. A time in
+    /// at +1 ms from the first unflushed byte), open timeouts and the
+    /// half-closed channels' idle checks. A time in
     /// the past means "now". On wake-up call [`Session::handle_timeout`]
     /// and [`Session::poll_flush_busy`] (or `poll_flush` at a drain point).
     /// `None`: sleep until I/O. Control messages queued since the last call
     /// taking `now` are not covered: call `poll_flush` before sleeping.
     pub fn next_deadline(&self) -> Option<Instant> {
         let opens = self.open_deadlines.first().map(|&(deadline, _)| deadline);
-        match (self.sender.next_deadline(), opens) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        let idle = self
+            .half_close_deadlines
+            .first()
+            .map(|&(deadline, _)| deadline);
+        [self.sender.next_deadline(), opens, idle]
+            .into_iter()
+            .flatten()
+            .min()
     }
 
     /// Whether control messages are waiting for output room (backpressure

@@ -429,8 +429,8 @@ fn lifecycle_local_eof_first() {
     let mut h = Harness::new(Config::default());
     let id = h.open_ok(9, 1000, 4096);
     h.s.send_data(id, b"bye", h.now).unwrap();
-    h.s.shutdown(id).unwrap();
-    h.s.shutdown(id).unwrap(); // idempotent
+    h.s.shutdown(id, h.now).unwrap();
+    h.s.shutdown(id, h.now).unwrap(); // idempotent
     assert_eq!(
         h.s.send_data(id, b"more", h.now),
         Err(ChannelError::SendClosed(id))
@@ -485,7 +485,7 @@ fn lifecycle_peer_eof_first_then_local_eof_sends_close() {
     assert!(h.output().is_empty());
     // Still allowed to send after the peer's EOF (half close).
     assert_eq!(h.s.send_data(id, b"reply", h.now).unwrap(), 5);
-    h.s.shutdown(id).unwrap();
+    h.s.shutdown(id, h.now).unwrap();
     assert_eq!(
         h.output(),
         vec![
@@ -986,7 +986,7 @@ fn three_channels_one_stalled_no_head_of_line_blocking() {
                 Event::Data { .. } | Event::Writable { .. } => {}
                 Event::Eof { id } => {
                     flows.get_mut(&id).unwrap().eof_seen = true;
-                    w.b.shutdown(id).unwrap(); // nothing to send back
+                    w.b.shutdown(id, w.now).unwrap(); // nothing to send back
                 }
                 Event::Closed { id } => flows.get_mut(&id).unwrap().closed_b = true,
                 other => panic!("B: unexpected {other:?}"),
@@ -1029,7 +1029,7 @@ fn three_channels_one_stalled_no_head_of_line_blocking() {
         while let Some(ev) = w.a.poll_event() {
             match ev {
                 Event::Opened { .. } | Event::Writable { .. } => {}
-                Event::Eof { id } => w.a.shutdown(id).unwrap_or(()),
+                Event::Eof { id } => w.a.shutdown(id, w.now).unwrap_or(()),
                 Event::Closed { id } => flows.get_mut(&id).unwrap().closed_a = true,
                 other => panic!("A: unexpected {other:?}"),
             }
@@ -1048,7 +1048,7 @@ fn three_channels_one_stalled_no_head_of_line_blocking() {
                 f.sent += w.a.send_data(id, &f.to_send[f.sent..end], w.now).unwrap();
             }
             if f.sent == SIZE {
-                w.a.shutdown(id).unwrap();
+                w.a.shutdown(id, w.now).unwrap();
             }
         }
         w.pump();
@@ -1256,7 +1256,7 @@ mod props {
                             Local::Reject(i) => h.s.reject(ChannelId(i), ReasonCode::GeneralFailure, "no"),
                             Local::Send(i, n) => h.s.send_data(ChannelId(i), &vec![1; n], now).map(|_| ()),
                             Local::Recv(i, n) => h.s.recv(ChannelId(i), &mut vec![0; n]).map(|_| ()),
-                            Local::Shutdown(i) => h.s.shutdown(ChannelId(i)),
+                            Local::Shutdown(i) => h.s.shutdown(ChannelId(i), now),
                             Local::Abort(i) => h.s.abort(ChannelId(i)),
                             Local::Flush => {
                                 if h.s.poll_flush(now) {
@@ -1330,7 +1330,7 @@ mod props {
                     if let Some(c) = w.b.channel(bid)
                         && c.state == ChannelState::Open && !c.eof_sent && !c.close_sent {
                             b_sent += w.b.send_data(bid, &b_data[b_sent..], w.now).unwrap();
-                            if b_sent == b_len { w.b.shutdown(bid).unwrap(); }
+                            if b_sent == b_len { w.b.shutdown(bid, w.now).unwrap(); }
                         }
                 }
                 if !a_closed {
@@ -1340,7 +1340,7 @@ mod props {
                     if let Some(c) = w.a.channel(id)
                         && c.state == ChannelState::Open && !c.eof_sent && !c.close_sent {
                             a_sent += w.a.send_data(id, &a_data[a_sent..], w.now).unwrap();
-                            if a_sent == a_len { w.a.shutdown(id).unwrap(); }
+                            if a_sent == a_len { w.a.shutdown(id, w.now).unwrap(); }
                         }
                 }
                 w.pump();
@@ -2106,4 +2106,155 @@ fn a_full_window_allocates_no_more_than_the_window() {
     // held after CLOSE, or idle, keeps no window-sized allocation).
     drain(&mut h, id);
     assert_eq!(h.s.channel(id).unwrap().buffer_capacity, 0);
+}
+
+// ----- half-close timeout ----------------------------------------------------
+
+const HALF_CLOSE: Duration = Duration::from_secs(30);
+
+/// Runs the session's timers up to `h.now + by`, waking at each deadline
+/// as a driver would; returns what it sent meanwhile.
+fn run_timers(h: &mut Harness, by: Duration) -> Vec<Message> {
+    let end = h.now + by;
+    let mut dec = Decoder::new();
+    while let Some(at) = h.s.next_deadline().filter(|&at| at <= end) {
+        h.now = h.now.max(at);
+        h.s.handle_timeout(h.now);
+        if h.s.poll_flush(h.now) {
+            let out = h.s.transmit().to_vec();
+            h.s.advance_transmit(out.len());
+            dec.push(&out);
+        }
+    }
+    h.now = end;
+    std::iter::from_fn(|| dec.next_message().unwrap()).collect()
+}
+
+/// Two channels opened to the peer (its ids 9 and 10).
+fn open_two(h: &mut Harness) -> [ChannelId; 2] {
+    [h.open_ok(9, 1000, 4096), h.open_ok(10, 1000, 4096)]
+}
+
+/// The peer sends EOF on `id`.
+fn peer_eof(h: &mut Harness, id: ChannelId) {
+    h.feed(&[Message::Eof {
+        recipient_channel_id: id.0,
+    }])
+    .unwrap();
+    assert_eq!(h.events(), vec![Event::Eof { id }]);
+}
+
+/// A channel we half-closed (EOF sent) whose peer stays silent, and one
+/// the peer half-closed while we stay silent, both end once the timeout
+/// passes: CLOSE to the peer and an event for the driver. The old session
+/// held both for ever (the red team's 1,023 held channels).
+#[test]
+fn half_closed_idle_channels_are_closed_after_the_half_close_timeout() {
+    let mut h = Harness::new(Config::default());
+    assert_eq!(h.s.config().half_close_timeout, Some(HALF_CLOSE));
+    let [ours, theirs] = open_two(&mut h);
+    h.s.shutdown(ours, h.now).unwrap();
+    peer_eof(&mut h, theirs);
+    let _ = h.output();
+    run_timers(&mut h, HALF_CLOSE - Duration::from_secs(1));
+    assert!(h.events().is_empty(), "not before the timeout");
+    let mut out = run_timers(&mut h, Duration::from_secs(2));
+    out.extend(h.output());
+    let mut events = h.events();
+    events.sort_by_key(|e| format!("{e:?}"));
+    assert_eq!(
+        events,
+        vec![
+            Event::HalfCloseTimeout { id: ours },
+            Event::HalfCloseTimeout { id: theirs }
+        ]
+    );
+    out.sort_by_key(|m| format!("{m:?}"));
+    assert_eq!(
+        out,
+        vec![
+            Message::Close {
+                recipient_channel_id: 10
+            },
+            Message::Close {
+                recipient_channel_id: 9
+            },
+        ]
+    );
+    assert_eq!(h.s.stats().half_close_timeouts, 2);
+    // The peer's CLOSEs free both ids; no timer is left behind.
+    h.feed(&[
+        Message::Close {
+            recipient_channel_id: ours.0,
+        },
+        Message::Close {
+            recipient_channel_id: theirs.0,
+        },
+    ])
+    .unwrap();
+    assert_eq!(
+        h.events(),
+        vec![Event::Closed { id: ours }, Event::Closed { id: theirs }]
+    );
+    assert_eq!(h.s.channel_count(), 0);
+    assert_eq!(h.s.next_deadline(), None);
+}
+
+/// Bytes moving on a half-closed channel, either way, keep it: a long
+/// answer after the client's EOF is legitimate. Silence after the last
+/// byte ends it within two periods.
+#[test]
+fn a_half_closed_channel_that_moves_bytes_is_kept() {
+    let mut h = Harness::new(Config::default());
+    let id = h.open_ok(9, 1 << 20, 4096);
+    h.s.shutdown(id, h.now).unwrap();
+    let _ = h.output();
+    // The peer answers a little every 20 s for five minutes.
+    for _ in 0..15 {
+        run_timers(&mut h, Duration::from_secs(20));
+        h.feed(&[data(id.0, b"more")]).unwrap();
+        let mut buf = [0; 8];
+        assert_eq!(h.s.recv(id, &mut buf).unwrap(), 4);
+        assert_eq!(h.events(), vec![Event::Data { id }]);
+    }
+    assert_eq!(h.s.stats().half_close_timeouts, 0);
+    run_timers(&mut h, 2 * HALF_CLOSE);
+    assert_eq!(h.events(), vec![Event::HalfCloseTimeout { id }]);
+
+    // Our side sending after the peer's EOF counts alike.
+    let id = h.open_ok(11, 1 << 20, 4096);
+    peer_eof(&mut h, id);
+    for _ in 0..15 {
+        run_timers(&mut h, Duration::from_secs(20));
+        assert_eq!(h.s.send_data(id, b"reply", h.now).unwrap(), 5);
+    }
+    assert!(h.events().is_empty());
+    run_timers(&mut h, 2 * HALF_CLOSE);
+    assert_eq!(h.events(), vec![Event::HalfCloseTimeout { id }]);
+}
+
+/// Open channels (no EOF) and channels closed both ways are never cut,
+/// and `None` turns the bound off.
+#[test]
+fn only_half_closed_channels_time_out_and_none_never() {
+    let mut h = Harness::new(Config::default());
+    let [open, done] = open_two(&mut h);
+    h.s.shutdown(done, h.now).unwrap();
+    peer_eof(&mut h, done);
+    run_timers(&mut h, 10 * HALF_CLOSE);
+    assert!(h.events().is_empty());
+    assert!(h.s.channel(open).is_some());
+    assert_eq!(h.s.stats().half_close_timeouts, 0);
+
+    let mut h = Harness::new(Config {
+        half_close_timeout: None,
+        ..Config::default()
+    });
+    let id = h.open_ok(9, 1000, 4096);
+    h.s.shutdown(id, h.now).unwrap();
+    let _ = h.output();
+    assert_eq!(h.s.next_deadline(), None, "no timer to wake for");
+    run_timers(&mut h, 10 * HALF_CLOSE);
+    assert!(h.events().is_empty());
+    assert!(h.s.channel(id).is_some_and(|c| !c.close_sent));
 }

@@ -20,11 +20,14 @@
 //!   `--max-channels N` ([`Config::max_channels`], default 1024),
 //!   `--window BYTES` ([`Config::initial_window`], default 1048576),
 //!   `--receive-budget BYTES` ([`Config::receive_budget`], default
-//!   67108864).
+//!   67108864), `--half-close-timeout-ms MS`
+//!   ([`Config::half_close_timeout`], default 30000; 0: never).
 //! - Listener limits (Tether's own; jetsocat has neither, see
 //!   [`HandshakeLimits`]): `--proxy-handshake-timeout-ms MS` (default
-//!   10000), `--max-proxy-handshakes N` (default 256) and
-//!   `--max-proxy-handshakes-per-source N` (default 128).
+//!   10000), `--max-proxy-handshakes N` (default 256),
+//!   `--max-proxy-handshakes-per-source N` (default 128), and
+//!   `--max-channels-per-source N` ([`ProxyArgs::max_channels_per_source`],
+//!   default half of `--max-channels`).
 //!
 //! `BIND` is `ip:port` (port 0 for an ephemeral port).
 //!
@@ -46,9 +49,11 @@ pub const USAGE: &str = "usage: jmux-proxy <PIPE> [<LISTENER>...] [--allow-all |
   --max-channels N         channels in use at once, both directions (default 1024)
   --window BYTES           receive window per channel (default 1048576)
   --receive-budget BYTES   receive windows plus buffered input over all channels (default 67108864)
+  --half-close-timeout-ms MS  idle time a channel may stay half-closed (EOF one way) before it is closed (default 30000; 0: never)
   --proxy-handshake-timeout-ms MS  time a SOCKS5/HTTP proxy client has for its handshake (default 10000)
   --max-proxy-handshakes N         SOCKS5/HTTP proxy handshakes in progress at once (default 256)
   --max-proxy-handshakes-per-source N  of those, from one client address (IPv6: one /64; default 128)
+  --max-channels-per-source N  channels the listeners' clients from one address hold at once (default: half of --max-channels)
   BIND is ip:port (port 0: ephemeral)";
 
 /// The byte pipe that carries the JMUX session.
@@ -174,6 +179,17 @@ pub struct ProxyArgs {
     /// `--proxy-handshake-timeout-ms`, `--max-proxy-handshakes` and
     /// `--max-proxy-handshakes-per-source` applied.
     pub handshakes: HandshakeLimits,
+    /// Channels the listeners' clients from one source ([`source_of`])
+    /// hold at once, from accept (`tcp-listen://`) or the end of the
+    /// handshake (`socks5-listen://`, `http-listen://`) until the channel
+    /// is freed. Past it a new client from that source is refused like
+    /// one past [`Config::max_channels`] (SOCKS5 reply 1, HTTP 502).
+    /// Without it one client address that opens channels to targets that
+    /// never close took every channel of the session, and every other
+    /// client was refused (the red team of 2026-12-03, eighth round).
+    /// `--max-channels-per-source`; default half of
+    /// [`Config::max_channels`] (at least 1). Peer OPENs do not count.
+    pub max_channels_per_source: u32,
 }
 
 /// A command line that cannot be used.
@@ -279,6 +295,7 @@ pub fn parse_args<S: AsRef<str>>(args: &[S]) -> Result<ProxyArgs, CliError> {
     let mut rules: Vec<AllowRule> = Vec::new();
     let mut session = Config::default();
     let mut handshakes = HandshakeLimits::default();
+    let mut per_source_channels = None;
     while let Some(arg) = args.next() {
         let (name, inline) = match arg.split_once('=') {
             Some((n, v)) if n.starts_with("--") => (n, Some(v)),
@@ -289,9 +306,11 @@ pub fn parse_args<S: AsRef<str>>(args: &[S]) -> Result<ProxyArgs, CliError> {
             "--max-channels"
                 | "--window"
                 | "--receive-budget"
+                | "--half-close-timeout-ms"
                 | "--proxy-handshake-timeout-ms"
                 | "--max-proxy-handshakes"
                 | "--max-proxy-handshakes-per-source"
+                | "--max-channels-per-source"
         ) {
             let value = inline
                 .or_else(|| args.next())
@@ -302,8 +321,15 @@ pub fn parse_args<S: AsRef<str>>(args: &[S]) -> Result<ProxyArgs, CliError> {
                 "--max-channels" => session.max_channels = value.parse().map_err(|_| bad())?,
                 "--window" => session.initial_window = value.parse().map_err(|_| bad())?,
                 "--receive-budget" => session.receive_budget = value.parse().map_err(|_| bad())?,
+                "--half-close-timeout-ms" => {
+                    let ms: u64 = value.parse().map_err(|_| bad())?;
+                    session.half_close_timeout = (ms > 0).then(|| Duration::from_millis(ms));
+                }
                 "--proxy-handshake-timeout-ms" => {
                     handshakes.timeout = Duration::from_millis(positive(value)?);
+                }
+                "--max-channels-per-source" => {
+                    per_source_channels = Some(u32::try_from(positive(value)?).map_err(|_| bad())?);
                 }
                 "--max-proxy-handshakes" => {
                     handshakes.max_in_progress =
@@ -343,6 +369,7 @@ pub fn parse_args<S: AsRef<str>>(args: &[S]) -> Result<ProxyArgs, CliError> {
             .map(|l| parse_listener(l))
             .collect::<Result<_, _>>()?,
         filter,
+        max_channels_per_source: per_source_channels.unwrap_or((session.max_channels / 2).max(1)),
         session,
         handshakes,
     })
@@ -445,16 +472,27 @@ mod tests {
             "--window=65536",
             "--receive-budget",
             "131072",
+            "--half-close-timeout-ms=1500",
         ])
         .unwrap();
         assert_eq!(
             (
                 a.session.max_channels,
                 a.session.initial_window,
-                a.session.receive_budget
+                a.session.receive_budget,
+                a.session.half_close_timeout,
             ),
-            (8, 65536, 131072)
+            (8, 65536, 131072, Some(Duration::from_millis(1500)))
         );
+        assert_eq!(a.max_channels_per_source, 4, "half of --max-channels");
+        let never = parse_args(&["ws://x/", "--half-close-timeout-ms", "0"]).unwrap();
+        assert_eq!(never.session.half_close_timeout, None);
+        assert_eq!(never.max_channels_per_source, 512);
+        let one = parse_args(&["ws://x/", "--max-channels=1"]).unwrap();
+        assert_eq!(one.max_channels_per_source, 1);
+        let set = parse_args(&["ws://x/", "--max-channels-per-source", "1000"]).unwrap();
+        assert_eq!(set.max_channels_per_source, 1000);
+        assert!(parse_args(&["ws://x/", "--max-channels-per-source=0"]).is_err());
         let d = parse_args(&["ws-listen://127.0.0.1:0"]).unwrap();
         assert_eq!(d.session, Config::default());
     }
