@@ -26,6 +26,18 @@ export const DEFAULT_LIMITS = Object.freeze({
 });
 
 /**
+ * Largest request head (request line and headers) a WebSocket listener
+ * takes, bytes; past it, 431 (host/src/websocket.rs MAX_REQUEST_HEAD_BYTES).
+ */
+export const MAX_REQUEST_HEAD_BYTES = 16 << 10;
+
+/**
+ * Most header lines an upgrade request may have; past it, 431
+ * (host/src/websocket/upgrade.rs MAX_REQUEST_HEADERS, tungstenite's bound).
+ */
+export const MAX_REQUEST_HEADERS = 124;
+
+/**
  * Bytes toward one inbound message each stream reads outside the host-wide
  * `maxAssemblingBytes` (host/src/websocket.rs ASSEMBLY_ALLOWANCE_BYTES).
  */

@@ -9,7 +9,15 @@ import { readFileSync } from "node:fs";
 import WebSocket, { WebSocketServer } from "ws";
 import { Signal, Pollable, dropRegistrations } from "./io.js";
 import { PendingConnect, AcceptQueue } from "./ready.js";
-import { E, ASSEMBLY_ALLOWANCE_BYTES, QUEUED_MESSAGE_OVERHEAD, HANDSHAKE_EVICT_AFTER_MS, fromNodeError } from "./config.js";
+import {
+  E,
+  ASSEMBLY_ALLOWANCE_BYTES,
+  QUEUED_MESSAGE_OVERHEAD,
+  HANDSHAKE_EVICT_AFTER_MS,
+  MAX_REQUEST_HEAD_BYTES,
+  MAX_REQUEST_HEADERS,
+  fromNodeError,
+} from "./config.js";
 import { checkDestination, resolveAllowed, lookupPlaces, pinnedLookup, sockAddr } from "./net.js";
 import { parseHost } from "./policy.js";
 
@@ -650,6 +658,11 @@ function listen(host, address, options) {
   });
   server.on("upgrade", (req, sock, head) => {
     sock.tetherHead = true;
+    const refusal = upgradeRefusal(req);
+    if (refusal) {
+      sock.end(refusal);
+      return;
+    }
     wss.handleUpgrade(req, sock, head, (ws) => {
       done(sock);
       if (listener.stopped) return ws.terminate();
@@ -665,6 +678,31 @@ function listen(host, address, options) {
     server.once("error", (e) => reject(E.other(e.message)));
     server.listen({ host: bind.text, port: bind.port, backlog: host.limits.acceptBacklog }, () => resolve(listener));
   });
+}
+
+/**
+ * The Rust host's bounds on an upgrade request that node's parser does not
+ * apply alike (host/src/websocket/upgrade.rs `check`): the request head's
+ * size and header lines (431), and HTTP/1.1 (400). `null` when the request
+ * passes; else the whole response, as the Rust host words it.
+ */
+export function upgradeRefusal(req) {
+  let bytes = `${req.method} ${req.url} HTTP/${req.httpVersion}\r\n\r\n`.length;
+  for (const field of req.rawHeaders) bytes += field.length + 2;
+  let refusal = null;
+  if (req.rawHeaders.length / 2 > MAX_REQUEST_HEADERS) {
+    refusal = ["431 Request Header Fields Too Large", "too many header lines in the request head"];
+  } else if (bytes > MAX_REQUEST_HEAD_BYTES) {
+    refusal = ["431 Request Header Fields Too Large", `request head over ${MAX_REQUEST_HEAD_BYTES} bytes`];
+  } else if (req.httpVersion !== "1.1") {
+    refusal = ["400 Bad Request", "the opening handshake needs HTTP/1.1 or later"];
+  }
+  if (!refusal) return null;
+  const [status, reason] = refusal;
+  return (
+    `HTTP/1.1 ${status}\r\nSec-WebSocket-Version: 13\r\nConnection: close\r\n` +
+    `Content-Type: text/plain\r\nContent-Length: ${reason.length + 1}\r\n\r\n${reason}\n`
+  );
 }
 
 /** The `tether:streams/websocket` import object for one host. */
