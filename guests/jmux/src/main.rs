@@ -189,7 +189,8 @@ fn run(args: ProxyArgs, poll_all: bool) -> Result<(), String> {
         live_handshakes: 0,
         handshakes_per_source: HashMap::new(),
         channels_per_source: HashMap::new(),
-        max_channels_per_source: args.max_channels_per_source,
+        max_channels_per_source: args.channels_per_source.max,
+        loopback_capped: args.channels_per_source.loopback_too,
         linger_deadlines: VecDeque::new(),
         handshakes_cut: [0, 0, 0, 0],
         connects: Vec::new(),
@@ -382,7 +383,8 @@ struct Chan {
     /// client's bytes after the head may reach the origin.
     forward: Option<Forward>,
     /// The listener client's source ([`cli::source_of`]), counted in
-    /// [`Proxy::channels_per_source`]; `None` for a peer's OPEN.
+    /// [`Proxy::channels_per_source`]; `None` for a peer's OPEN and an
+    /// uncapped loopback client.
     source: Option<IpAddr>,
 }
 
@@ -549,6 +551,8 @@ struct Proxy {
     /// most one source holds (`--max-channels-per-source`).
     channels_per_source: HashMap<IpAddr, u32>,
     max_channels_per_source: u32,
+    /// Loopback clients count too (`--max-channels-per-source` given).
+    loopback_capped: bool,
     /// (deadline, channel) of the channels that began to linger, oldest
     /// first (one timeout for all). Entries of channels released earlier
     /// stay until they reach the front or the queue is compacted.
@@ -1101,17 +1105,16 @@ impl Proxy {
                     }
                 }
                 Event::HalfCloseTimeout { id } => {
-                    // The session sent CLOSE; the socket goes once the
-                    // peer's CLOSE comes (`release_if_gone`), unread.
-                    if let Some(chan) = self.chan(id) {
-                        chan.read_stopped = true;
-                        chan.failed = true;
-                        chan.writable = true;
-                        chan.out.clear();
-                        chan.pending = Vec::new();
-                        chan.pending_off = 0;
-                        self.mark_dirty(id);
-                    }
+                    // The session sent CLOSE and dropped what it held for
+                    // the channel; the socket goes now (the host flushes
+                    // or resets it within its linger), and the channel is
+                    // freed once the peer's CLOSE comes.
+                    drop(take_chan(
+                        &mut self.chans,
+                        &mut self.channels_per_source,
+                        id,
+                    ));
+                    let _ = self.session.release(id);
                     self.log_clients.log(Instant::now(), || {
                         format!("{id}: half-closed and idle past the half-close timeout: closed")
                     });
@@ -1324,7 +1327,13 @@ impl Proxy {
         forward: Option<Forward>,
         now: Instant,
     ) {
-        let source = conn.stream.peer_address().parse().ok().map(cli::source_of);
+        let source = conn
+            .stream
+            .peer_address()
+            .parse()
+            .ok()
+            .map(cli::source_of)
+            .filter(|s| self.loopback_capped || !s.is_loopback());
         let held = source.map_or(0, |s| {
             self.channels_per_source.get(&s).copied().unwrap_or(0)
         });

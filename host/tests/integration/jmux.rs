@@ -2394,8 +2394,9 @@ fn half_closed_channels_whose_target_never_closes_are_closed_at_the_half_close_t
     let (mut pair, socks, _) = proxy_pair(
         &runner,
         &[
+            // No --max-channels-per-source: loopback clients are not
+            // capped by default, so one source takes every channel here.
             &format!("--max-channels={CAP}"),
-            &format!("--max-channels-per-source={CAP}"),
             &format!("--half-close-timeout-ms={}", TIMEOUT.as_millis()),
         ],
     );
@@ -2464,9 +2465,10 @@ fn half_closed_channels_whose_target_never_closes_are_closed_at_the_half_close_t
 }
 
 /// The other half of that finding: the attacker was one client address.
-/// Now one source holds at most `--max-channels-per-source` (default half
-/// of `--max-channels`, here 4 of 8) of the listeners' channels: its next
-/// client is refused (SOCKS5 reply 1, HTTP 502) while a client from
+/// Now one source holds at most `--max-channels-per-source` (by default a
+/// quarter of `--max-channels` for non-loopback clients; given, as here
+/// with 4 of 8, loopback clients too) of the listeners' channels: its
+/// next client is refused (SOCKS5 reply 1, HTTP 502) while a client from
 /// another address (127.0.0.2) gets its channel, and the source gets
 /// channels again as its own end.
 #[test]
@@ -2476,7 +2478,13 @@ fn one_source_holds_at_most_its_share_of_the_channels() {
     let runner = runner();
     let echo = PeerRuntime::new().unwrap();
     let target = echo.echo().unwrap();
-    let (mut pair, socks, http) = proxy_pair(&runner, &[&format!("--max-channels={CAP}")]);
+    let (mut pair, socks, http) = proxy_pair(
+        &runner,
+        &[
+            &format!("--max-channels={CAP}"),
+            &format!("--max-channels-per-source={}", CAP / 2),
+        ],
+    );
     let socks5_from = |src: [u8; 4]| {
         let socket =
             socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
@@ -2527,4 +2535,72 @@ fn one_source_holds_at_most_its_share_of_the_channels() {
         std::thread::sleep(Duration::from_millis(50));
     }
     assert!(pair.is_running(), "{}", pair.describe());
+}
+
+/// The red team of 2026-12-04: at the half-close timeout the guest sent
+/// CLOSE but kept the target's socket until the peer's CLOSE came, and a
+/// peer that sends EOF and never CLOSE kept it for ever (16 of 16 target
+/// sockets open 14 s later). Now the socket is dropped at the timeout:
+/// the target, writing after it, is reset.
+#[test]
+fn the_socket_goes_at_the_half_close_timeout_without_the_peers_close() {
+    use std::net::TcpListener;
+    let runner = runner();
+    let (g, port) = server_guest(&runner, &["--allow-all", "--half-close-timeout-ms=300"]);
+    let target = TcpListener::bind(local(0)).unwrap();
+    let target_addr = target.local_addr().unwrap();
+    // Reads to the guest's FIN, then stays silent; 2 s later it writes,
+    // and reports whether the guest's side was gone (reset).
+    let probe = std::thread::spawn(move || {
+        let (mut conn, _) = target.accept().unwrap();
+        conn.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let mut buf = [0u8; 64];
+        while conn.read(&mut buf).is_ok_and(|n| n > 0) {}
+        std::thread::sleep(Duration::from_secs(2));
+        // A closed socket answers the first write with a reset, which the
+        // second write reports (a read reports the earlier FIN first).
+        let _ = conn.write_all(b"late");
+        std::thread::sleep(Duration::from_millis(200));
+        match conn.write_all(b"late") {
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::ConnectionReset | std::io::ErrorKind::BrokenPipe
+                ) =>
+            {
+                "reset".to_string()
+            }
+            other => format!("{other:?}"),
+        }
+    });
+    let rt = current_thread();
+    rt.block_on(async {
+        let mut peer = RawPeer::connect(port).await;
+        peer.send(&open(7, &format!("tcp://{target_addr}"))).await;
+        let Message::OpenSuccess {
+            sender_channel_id, ..
+        } = answer_to(&mut peer, 7).await
+        else {
+            panic!("the OPEN was refused");
+        };
+        // EOF, and never CLOSE.
+        peer.send(&Message::Eof {
+            recipient_channel_id: sender_channel_id,
+        })
+        .await;
+        loop {
+            match peer.next().await.expect("session alive") {
+                Message::Close {
+                    recipient_channel_id: 7,
+                } => break,
+                Message::WindowAdjust { .. } => {}
+                other => panic!("unexpected {other:?}"),
+            }
+        }
+        let seen = tokio::task::spawn_blocking(move || probe.join().unwrap())
+            .await
+            .unwrap();
+        assert_eq!(seen, "reset", "the target's socket after the timeout");
+        assert!(!g.is_finished(), "the server guest ended");
+    });
 }

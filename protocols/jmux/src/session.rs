@@ -118,7 +118,12 @@ pub struct Config {
     /// and [`Event::HalfCloseTimeout`] for the driver (default 30 s;
     /// `None`: never). Idleness is checked once per period, so a channel
     /// ends after between one and two periods of silence; a channel that
-    /// keeps moving bytes one way after the other's EOF is never cut.
+    /// keeps moving bytes one way after the other's EOF is never cut, and
+    /// backpressure is not idleness: a channel whose received bytes wait
+    /// for the driver (its local socket takes them slowly), or whose
+    /// [`Session::send_data`] waits for the peer's window, is kept. What
+    /// the driver already wrote out is out of sight: a reader slower than
+    /// the bytes it has buffered locally per period may still be cut.
     ///
     /// Why: a half-close is legitimate TCP, but a client that sends EOF
     /// and leaves, towards a target that never closes its half, held its
@@ -1605,7 +1610,10 @@ impl Session {
                 // Closed both ways (or CLOSE went) since: nothing to bound.
                 continue;
             }
-            if ch.moved != mark {
+            // Input the driver has not taken (its local socket is not
+            // taking bytes), or a send waiting for the peer's window (the
+            // far end's reader is slow): backpressure, not idleness.
+            if ch.moved != mark || !ch.rx.is_empty() || ch.want_writable {
                 let next = now + timeout;
                 ch.idle_check = Some((next, ch.moved));
                 self.half_close_deadlines.insert((next, raw));

@@ -2233,6 +2233,49 @@ fn a_half_closed_channel_that_moves_bytes_is_kept() {
     assert_eq!(h.events(), vec![Event::HalfCloseTimeout { id }]);
 }
 
+/// Received bytes the driver has not consumed (its local socket takes
+/// them slowly) keep a half-closed channel: the red team of 2026-12-04 saw
+/// a client reading 8 KiB/s after its FIN cut at the default timeout.
+#[test]
+fn a_half_closed_channel_with_unconsumed_input_is_kept() {
+    let mut h = Harness::new(Config::default());
+    let id = h.open_ok(9, 1 << 20, 4096);
+    h.s.shutdown(id, h.now).unwrap();
+    h.feed(&[data(id.0, b"not read yet")]).unwrap();
+    assert_eq!(h.events(), vec![Event::Data { id }]);
+    let _ = h.output();
+    run_timers(&mut h, 5 * HALF_CLOSE);
+    assert!(h.events().is_empty(), "cut while its input waited");
+    let mut buf = [0; 32];
+    assert_eq!(h.s.recv(id, &mut buf).unwrap(), 12);
+    run_timers(&mut h, 2 * HALF_CLOSE);
+    assert_eq!(h.events(), vec![Event::HalfCloseTimeout { id }]);
+}
+
+/// A send waiting for the peer's window keeps a half-closed channel: the
+/// far end's reader is slow (the red team's 8 KiB/s reader, seen from the
+/// side that sends to it).
+#[test]
+fn a_half_closed_channel_waiting_for_the_peers_window_is_kept() {
+    let mut h = Harness::new(Config::default());
+    let id = h.open_ok(9, 16, 4096);
+    peer_eof(&mut h, id);
+    assert_eq!(h.s.send_data(id, &[7; 64], h.now).unwrap(), 16);
+    let _ = h.output();
+    run_timers(&mut h, 5 * HALF_CLOSE);
+    assert!(h.events().is_empty(), "cut while waiting for the window");
+    h.feed(&[Message::WindowAdjust {
+        recipient_channel_id: id.0,
+        window_adjustment: 48,
+    }])
+    .unwrap();
+    let _ = h.output();
+    assert_eq!(h.events(), vec![Event::Writable { id }]);
+    assert_eq!(h.s.send_data(id, &[7; 48], h.now).unwrap(), 48);
+    run_timers(&mut h, 2 * HALF_CLOSE);
+    assert_eq!(h.events(), vec![Event::HalfCloseTimeout { id }]);
+}
+
 /// Open channels (no EOF) and channels closed both ways are never cut,
 /// and `None` turns the bound off.
 #[test]

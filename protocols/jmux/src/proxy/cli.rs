@@ -26,8 +26,8 @@
 //!   [`HandshakeLimits`]): `--proxy-handshake-timeout-ms MS` (default
 //!   10000), `--max-proxy-handshakes N` (default 256),
 //!   `--max-proxy-handshakes-per-source N` (default 128), and
-//!   `--max-channels-per-source N` ([`ProxyArgs::max_channels_per_source`],
-//!   default half of `--max-channels`).
+//!   `--max-channels-per-source N` ([`ChannelsPerSource`], default a
+//!   quarter of `--max-channels`, loopback clients exempt unless given).
 //!
 //! `BIND` is `ip:port` (port 0 for an ephemeral port).
 //!
@@ -53,7 +53,7 @@ pub const USAGE: &str = "usage: jmux-proxy <PIPE> [<LISTENER>...] [--allow-all |
   --proxy-handshake-timeout-ms MS  time a SOCKS5/HTTP proxy client has for its handshake (default 10000)
   --max-proxy-handshakes N         SOCKS5/HTTP proxy handshakes in progress at once (default 256)
   --max-proxy-handshakes-per-source N  of those, from one client address (IPv6: one /64; default 128)
-  --max-channels-per-source N  channels the listeners' clients from one address hold at once (default: half of --max-channels)
+  --max-channels-per-source N  channels the listeners' clients from one address hold at once (default: a quarter of --max-channels, loopback clients exempt; given, it caps loopback clients too)
   BIND is ip:port (port 0: ephemeral)";
 
 /// The byte pipe that carries the JMUX session.
@@ -179,17 +179,30 @@ pub struct ProxyArgs {
     /// `--proxy-handshake-timeout-ms`, `--max-proxy-handshakes` and
     /// `--max-proxy-handshakes-per-source` applied.
     pub handshakes: HandshakeLimits,
-    /// Channels the listeners' clients from one source ([`source_of`])
-    /// hold at once, from accept (`tcp-listen://`) or the end of the
-    /// handshake (`socks5-listen://`, `http-listen://`) until the channel
-    /// is freed. Past it a new client from that source is refused like
-    /// one past [`Config::max_channels`] (SOCKS5 reply 1, HTTP 502).
-    /// Without it one client address that opens channels to targets that
-    /// never close took every channel of the session, and every other
-    /// client was refused (the red team of 2026-12-03, eighth round).
-    /// `--max-channels-per-source`; default half of
-    /// [`Config::max_channels`] (at least 1). Peer OPENs do not count.
-    pub max_channels_per_source: u32,
+    /// How many channels the listeners' clients from one source hold.
+    pub channels_per_source: ChannelsPerSource,
+}
+
+/// The most channels the listeners' clients from one source
+/// ([`source_of`]) hold at once, from accept (`tcp-listen://`) or the end
+/// of the handshake (`socks5-listen://`, `http-listen://`) until the
+/// channel is freed. Past it a new client from that source is refused like
+/// one past [`Config::max_channels`] (SOCKS5 reply 1, HTTP 502). Without
+/// it one client address that opens channels to targets that never close
+/// took every channel of the session, and every other client was refused
+/// (the red team of 2026-12-03, eighth round). Peer OPENs do not count.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ChannelsPerSource {
+    /// The bound; `--max-channels-per-source`, default a quarter of
+    /// [`Config::max_channels`] (at least 1): more sources than four are
+    /// needed to take every channel (the red team of 2026-12-04 took them
+    /// with two at half).
+    pub max: u32,
+    /// Loopback clients (127.0.0.0/8, `::1`: this machine) count too. By
+    /// default they do not: a listener bound to loopback serves one
+    /// source, which a per-source bound would only cut to a share of the
+    /// channels; given `--max-channels-per-source`, they do.
+    pub loopback_too: bool,
 }
 
 /// A command line that cannot be used.
@@ -369,7 +382,10 @@ pub fn parse_args<S: AsRef<str>>(args: &[S]) -> Result<ProxyArgs, CliError> {
             .map(|l| parse_listener(l))
             .collect::<Result<_, _>>()?,
         filter,
-        max_channels_per_source: per_source_channels.unwrap_or((session.max_channels / 2).max(1)),
+        channels_per_source: ChannelsPerSource {
+            max: per_source_channels.unwrap_or((session.max_channels / 4).max(1)),
+            loopback_too: per_source_channels.is_some(),
+        },
         session,
         handshakes,
     })
@@ -484,14 +500,27 @@ mod tests {
             ),
             (8, 65536, 131072, Some(Duration::from_millis(1500)))
         );
-        assert_eq!(a.max_channels_per_source, 4, "half of --max-channels");
+        assert_eq!(
+            a.channels_per_source,
+            ChannelsPerSource {
+                max: 2,
+                loopback_too: false
+            },
+            "a quarter of --max-channels, loopback exempt"
+        );
         let never = parse_args(&["ws://x/", "--half-close-timeout-ms", "0"]).unwrap();
         assert_eq!(never.session.half_close_timeout, None);
-        assert_eq!(never.max_channels_per_source, 512);
+        assert_eq!(never.channels_per_source.max, 256);
         let one = parse_args(&["ws://x/", "--max-channels=1"]).unwrap();
-        assert_eq!(one.max_channels_per_source, 1);
+        assert_eq!(one.channels_per_source.max, 1);
         let set = parse_args(&["ws://x/", "--max-channels-per-source", "1000"]).unwrap();
-        assert_eq!(set.max_channels_per_source, 1000);
+        assert_eq!(
+            set.channels_per_source,
+            ChannelsPerSource {
+                max: 1000,
+                loopback_too: true
+            }
+        );
         assert!(parse_args(&["ws://x/", "--max-channels-per-source=0"]).is_err());
         let d = parse_args(&["ws-listen://127.0.0.1:0"]).unwrap();
         assert_eq!(d.session, Config::default());
