@@ -1104,7 +1104,7 @@ impl Proxy {
                         self.mark_dirty(id);
                     }
                 }
-                Event::HalfCloseTimeout { id } => {
+                Event::HalfCloseTimeout { id } | Event::IdleTimeout { id } => {
                     // The session sent CLOSE and dropped what it held for
                     // the channel; the socket goes now (the host flushes
                     // or resets it within its linger), and the channel is
@@ -1116,7 +1116,7 @@ impl Proxy {
                     ));
                     let _ = self.session.release(id);
                     self.log_clients.log(Instant::now(), || {
-                        format!("{id}: half-closed and idle past the half-close timeout: closed")
+                        format!("{id}: idle past its idle or half-close timeout: closed")
                     });
                 }
                 Event::Closed { id } => {

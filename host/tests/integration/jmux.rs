@@ -2604,3 +2604,50 @@ fn the_socket_goes_at_the_half_close_timeout_without_the_peers_close() {
         assert!(!g.is_finished(), "the server guest ended");
     });
 }
+
+/// The ninth red team (2026-12-04): channels that stay fully open and
+/// silent had no time bound, so clients from as many sources as the
+/// per-source share allows held every channel for good. Now an open
+/// channel idle for `--idle-timeout-ms` (default 1 h; here 500 ms) is
+/// closed: its client sees the connection end.
+#[test]
+fn silent_open_channels_are_closed_at_the_idle_timeout() {
+    use std::net::TcpListener;
+    let runner = runner();
+    let silent = TcpListener::bind(local(0)).unwrap();
+    let silent_addr = silent.local_addr().unwrap();
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for conn in silent.incoming() {
+            let Ok(conn) = conn else { return };
+            // Accepted and kept: never read from, never written to.
+            held.push(conn);
+        }
+    });
+    let (mut pair, socks, _) = proxy_pair(&runner, &["--idle-timeout-ms=500"]);
+    let ip = match silent_addr.ip() {
+        std::net::IpAddr::V4(ip) => ip.octets(),
+        std::net::IpAddr::V6(_) => unreachable!("bound on 127.0.0.1"),
+    };
+    let mut client = TcpStream::connect(socks).unwrap();
+    assert_eq!(
+        socks5_handshake(client.try_clone().unwrap(), 1, &ip, silent_addr.port()),
+        0
+    );
+    let start = Instant::now();
+    client
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let mut buf = [0u8; 16];
+    let end = client.read(&mut buf);
+    let took = start.elapsed();
+    assert!(
+        matches!(end, Ok(0))
+            || end
+                .as_ref()
+                .is_err_and(|e| e.kind() != std::io::ErrorKind::WouldBlock),
+        "the client's connection after the idle timeout: {end:?} after {took:?}"
+    );
+    assert!(took < Duration::from_secs(3), "closed after {took:?}");
+    assert!(pair.is_running(), "{}", pair.describe());
+}

@@ -39,6 +39,9 @@ pub const MIN_WINDOW: u32 = 2 * 4096;
 /// [`Config::half_close_timeout`]'s default: 30 s.
 pub const DEFAULT_HALF_CLOSE_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// [`Config::idle_timeout`]'s default: 1 h.
+pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(3600);
+
 /// The largest window the spec allows, bytes: "The window MUST NOT be
 /// increased above 2^32 - 1 bytes" (JMUX spec, "Data Transfer").
 const MAX_WINDOW: u64 = u32::MAX as u64;
@@ -134,6 +137,16 @@ pub struct Config {
     ///
     /// Source: JMUX spec, "Channel life cycle" (EOF, then CLOSE both ways).
     pub half_close_timeout: Option<Duration>,
+    /// How long any other open channel may stay idle, by the same measure
+    /// as [`Config::half_close_timeout`] (no payload byte moving, no
+    /// backpressure), before the session ends it: CLOSE, and
+    /// [`Event::IdleTimeout`] for the driver (default 1 h, Envoy's TCP
+    /// proxy `idle_timeout`; `None`: never). A channel waiting for its OPEN
+    /// to be answered or accepted is not idle. Bounds what an abandoned
+    /// channel holds: clients that open channels to targets that stay
+    /// silent and never close held them for ever (the red team of
+    /// 2026-12-04, four sources at their per-source share).
+    pub idle_timeout: Option<Duration>,
     /// Most bytes of control messages (OPEN SUCCESS/FAILURE, WINDOW
     /// ADJUST, EOF, CLOSE, encoded size) waiting for room in the output
     /// buffer (default 262144 = 256 KiB). Past it,
@@ -182,6 +195,7 @@ impl Default for Config {
             max_channels: 1024,
             open_timeout: None,
             half_close_timeout: Some(DEFAULT_HALF_CLOSE_TIMEOUT),
+            idle_timeout: Some(DEFAULT_IDLE_TIMEOUT),
             max_control_backlog: 256 * 1024,
             max_pending_events: 4096,
             max_pending_open_requests: 64,
@@ -271,6 +285,13 @@ pub enum Event {
     /// channel if held; [`Event::Closed`] follows once the peer's CLOSE
     /// came.
     HalfCloseTimeout {
+        /// The channel.
+        id: ChannelId,
+    },
+    /// The channel stayed idle for [`Config::idle_timeout`]: handled as
+    /// [`Event::HalfCloseTimeout`] (CLOSE sent, input dropped; drop the
+    /// local socket and release).
+    IdleTimeout {
         /// The channel.
         id: ChannelId,
     },
@@ -388,6 +409,8 @@ pub struct Stats {
     pub window_overflows: u64,
     /// Channels ended by [`Config::half_close_timeout`].
     pub half_close_timeouts: u64,
+    /// Channels ended by [`Config::idle_timeout`].
+    pub idle_timeouts: u64,
 }
 
 /// The JMUX session state machine (see the module docs).
@@ -435,11 +458,12 @@ pub struct Session {
     /// abandoned), earliest first: [`Session::next_deadline`] and
     /// [`Session::handle_timeout`] cost O(log channels), not O(channels).
     open_deadlines: BTreeSet<(Instant, u32)>,
-    /// Idle checks of half-closed channels ([`Config::half_close_timeout`],
-    /// [`Channel::idle_check`]), earliest first; an entry leaves when its
-    /// channel is freed or its check runs, so it holds at most one entry
-    /// per channel.
-    half_close_deadlines: BTreeSet<(Instant, u32)>,
+    /// Idle checks of channels ([`Config::idle_timeout`],
+    /// [`Config::half_close_timeout`], [`Channel::idle_check`]), earliest
+    /// first; an entry leaves when its channel is freed, its check runs or
+    /// a shorter one replaces it, so it holds at most one entry per
+    /// channel.
+    idle_deadlines: BTreeSet<(Instant, u32)>,
     /// Channels whose CLOSE arrived from the peer since the driver last
     /// asked ([`Session::poll_peer_closed`]); ids leave when freed.
     peer_closed: BTreeSet<u32>,
@@ -505,7 +529,7 @@ impl Session {
             pending_open_requests: 0,
             waiting_for_room: VecDeque::new(),
             open_deadlines: BTreeSet::new(),
-            half_close_deadlines: BTreeSet::new(),
+            idle_deadlines: BTreeSet::new(),
             peer_closed: BTreeSet::new(),
             error: None,
             stats: Stats::default(),
@@ -574,7 +598,7 @@ impl Session {
     fn free(&mut self, id: ChannelId) {
         self.forget_open_deadline(id);
         if let Some((deadline, _)) = self.get(id).and_then(|ch| ch.idle_check) {
-            self.half_close_deadlines.remove(&(deadline, id.0));
+            self.idle_deadlines.remove(&(deadline, id.0));
         }
         self.peer_closed.remove(&id.0);
         if let Some(ch) = self.channels[id.0 as usize].take() {
@@ -639,23 +663,37 @@ impl Session {
         }
     }
 
-    /// Starts the idle check of a channel that just became half-closed
-    /// (see [`Config::half_close_timeout`]).
-    fn arm_half_close(&mut self, id: ChannelId, now: Instant) {
-        let Some(timeout) = self.config.half_close_timeout else {
+    /// The idle timeout that applies to a channel now: the half-close one
+    /// while half-closed, the general one until CLOSE went either way.
+    fn idle_timeout_for(&self, ch: &Channel) -> Option<Duration> {
+        if ch.half_closed() {
+            self.config.half_close_timeout
+        } else if ch.close_sent || ch.close_received {
+            None
+        } else {
+            self.config.idle_timeout
+        }
+    }
+
+    /// Starts (or brings forward) the idle check of a channel that was
+    /// created or just became half-closed ([`Config::idle_timeout`],
+    /// [`Config::half_close_timeout`]).
+    fn arm_idle(&mut self, id: ChannelId, now: Instant) {
+        let Some(ch) = self.get(id) else { return };
+        let Some(timeout) = self.idle_timeout_for(ch) else {
             return;
         };
-        let Some(ch) = self
-            .channels
-            .get_mut(id.0 as usize)
-            .and_then(Option::as_mut)
-        else {
-            return;
-        };
-        if ch.half_closed() && ch.idle_check.is_none() {
-            let deadline = now + timeout;
-            ch.idle_check = Some((deadline, ch.moved));
-            self.half_close_deadlines.insert((deadline, id.0));
+        let deadline = now + timeout;
+        let ch = self.channels[id.0 as usize].as_mut().expect("checked");
+        match ch.idle_check {
+            Some((armed, _)) if armed <= deadline => {}
+            armed => {
+                if let Some((old, _)) = armed {
+                    self.idle_deadlines.remove(&(old, id.0));
+                }
+                ch.idle_check = Some((deadline, ch.moved));
+                self.idle_deadlines.insert((deadline, id.0));
+            }
         }
     }
 
@@ -746,6 +784,7 @@ impl Session {
         if let Some(deadline) = deadline {
             self.open_deadlines.insert((deadline, id.0));
         }
+        self.arm_idle(id, now);
         self.queue(Message::Open {
             sender_channel_id: id.0,
             initial_window_size: window,
@@ -904,7 +943,7 @@ impl Session {
             self.queue(Message::Eof {
                 recipient_channel_id,
             });
-            self.arm_half_close(id, now);
+            self.arm_idle(id, now);
         }
         Ok(())
     }
@@ -1238,6 +1277,7 @@ impl Session {
                 initial_window_size,
                 maximum_packet_size,
                 &destination_url,
+                now,
             ),
             Message::OpenSuccess {
                 recipient_channel_id,
@@ -1306,7 +1346,7 @@ impl Session {
         }
     }
 
-    fn on_open(&mut self, remote_id: u32, window: u32, max_packet: u16, url: &str) {
+    fn on_open(&mut self, remote_id: u32, window: u32, max_packet: u16, url: &str, now: Instant) {
         if usize::from(max_packet) <= DATA_OVERHEAD {
             self.stats.auto_rejected_opens += 1;
             self.queue(open_failure(
@@ -1344,6 +1384,7 @@ impl Session {
         match self.alloc(ch) {
             Some(id) => {
                 *self.remote_ids.entry(remote_id).or_default() += 1;
+                self.arm_idle(id, now);
                 self.pending_open_requests += 1;
                 self.events.push_back(Event::OpenRequest {
                     id,
@@ -1521,7 +1562,7 @@ impl Session {
                 recipient_channel_id,
             });
         } else {
-            self.arm_half_close(id, now);
+            self.arm_idle(id, now);
         }
         self.free_if_finished(id);
     }
@@ -1557,7 +1598,7 @@ impl Session {
     /// ([`Config::half_close_timeout`]). Call when
     /// [`Session::next_deadline`] has passed; harmless otherwise.
     pub fn handle_timeout(&mut self, now: Instant) {
-        self.check_half_closed(now);
+        self.check_idle(now);
         while let Some(&(deadline, raw)) = self.open_deadlines.first() {
             if now < deadline {
                 break;
@@ -1586,42 +1627,57 @@ impl Session {
         }
     }
 
-    /// Runs the idle checks due at `now`: a half-closed channel whose
-    /// bytes moved since its check was set gets a new one a period later;
-    /// one that stayed silent is ended ([`Event::HalfCloseTimeout`]).
-    /// O(log channels) per check.
-    fn check_half_closed(&mut self, now: Instant) {
-        let Some(timeout) = self.config.half_close_timeout else {
-            return;
-        };
-        while let Some(&(deadline, raw)) = self.half_close_deadlines.first() {
+    /// Runs the idle checks due at `now`: a channel whose bytes moved
+    /// since its check was set, that is held back by backpressure or that
+    /// is not open yet gets a new check a period later; one that stayed
+    /// silent is ended ([`Event::HalfCloseTimeout`],
+    /// [`Event::IdleTimeout`]). O(log channels) per check.
+    fn check_idle(&mut self, now: Instant) {
+        while let Some(&(deadline, raw)) = self.idle_deadlines.first() {
             if now < deadline {
                 break;
             }
-            self.half_close_deadlines.pop_first();
-            let Some(ch) = self.channels.get_mut(raw as usize).and_then(Option::as_mut) else {
+            self.idle_deadlines.pop_first();
+            let Some(ch) = self.channels.get(raw as usize).and_then(Option::as_ref) else {
                 continue;
             };
-            let Some((armed, mark)) = ch.idle_check.take() else {
+            let Some((armed, mark)) = ch.idle_check else {
                 continue;
             };
             debug_assert_eq!(armed, deadline, "one entry per channel");
-            if !ch.half_closed() {
-                // Closed both ways (or CLOSE went) since: nothing to bound.
+            let Some(timeout) = self.idle_timeout_for(ch) else {
+                // CLOSE went (or the bound is off): nothing to bound.
+                self.channels[raw as usize]
+                    .as_mut()
+                    .expect("live")
+                    .idle_check = None;
                 continue;
-            }
+            };
+            let half_closed = ch.half_closed();
             // Input the driver has not taken (its local socket is not
-            // taking bytes), or a send waiting for the peer's window (the
-            // far end's reader is slow): backpressure, not idleness.
-            if ch.moved != mark || !ch.rx.is_empty() || ch.want_writable {
+            // taking bytes), a send waiting for the peer's window (the far
+            // end's reader is slow), or an OPEN not answered yet:
+            // backpressure or a wait, not idleness.
+            let busy = ch.moved != mark
+                || !ch.rx.is_empty()
+                || ch.want_writable
+                || ch.phase != Phase::Open;
+            let ch = self.channels[raw as usize].as_mut().expect("live");
+            if busy {
                 let next = now + timeout;
                 ch.idle_check = Some((next, ch.moved));
-                self.half_close_deadlines.insert((next, raw));
+                self.idle_deadlines.insert((next, raw));
                 continue;
             }
+            ch.idle_check = None;
             let id = ChannelId(raw);
-            self.stats.half_close_timeouts += 1;
-            self.events.push_back(Event::HalfCloseTimeout { id });
+            if half_closed {
+                self.stats.half_close_timeouts += 1;
+                self.events.push_back(Event::HalfCloseTimeout { id });
+            } else {
+                self.stats.idle_timeouts += 1;
+                self.events.push_back(Event::IdleTimeout { id });
+            }
             let _ = self.abort(id);
         }
     }
@@ -1694,10 +1750,7 @@ impl Session {
     /// taking `now` are not covered: call `poll_flush` before sleeping.
     pub fn next_deadline(&self) -> Option<Instant> {
         let opens = self.open_deadlines.first().map(|&(deadline, _)| deadline);
-        let idle = self
-            .half_close_deadlines
-            .first()
-            .map(|&(deadline, _)| deadline);
+        let idle = self.idle_deadlines.first().map(|&(deadline, _)| deadline);
         [self.sender.next_deadline(), opens, idle]
             .into_iter()
             .flatten()

@@ -608,6 +608,8 @@ fn abort_sends_close_at_once_without_eof() {
 fn open_timeouts_follow_each_open_and_leave_when_answered_or_aborted() {
     let mut h = Harness::new(Config {
         open_timeout: Some(Duration::from_secs(5)),
+        // Only the open timeout's deadlines here.
+        idle_timeout: None,
         ..Config::default()
     });
     let t0 = h.now;
@@ -679,6 +681,8 @@ fn peer_close_is_reported_once_per_channel_and_forgotten_when_freed() {
 fn abandoned_open_closes_late_success_silently() {
     let mut h = Harness::new(Config {
         open_timeout: Some(Duration::from_secs(5)),
+        // Only the open timeout's deadlines here.
+        idle_timeout: None,
         ..Config::default()
     });
     let id = h.s.open(&Destination::tcp("slow", 1), h.now).unwrap();
@@ -2291,6 +2295,7 @@ fn only_half_closed_channels_time_out_and_none_never() {
 
     let mut h = Harness::new(Config {
         half_close_timeout: None,
+        idle_timeout: None,
         ..Config::default()
     });
     let id = h.open_ok(9, 1000, 4096);
@@ -2300,4 +2305,39 @@ fn only_half_closed_channels_time_out_and_none_never() {
     run_timers(&mut h, 10 * HALF_CLOSE);
     assert!(h.events().is_empty());
     assert!(h.s.channel(id).is_some_and(|c| !c.close_sent));
+}
+
+/// Any open channel that stays idle for `idle_timeout` is ended
+/// ([`Event::IdleTimeout`]); bytes moving keep it, and a channel whose
+/// OPEN waits for an answer is not idle. The red team of 2026-12-04 held
+/// every channel with silent, fully open ones from four sources.
+#[test]
+fn idle_open_channels_are_closed_after_the_idle_timeout() {
+    const IDLE: Duration = Duration::from_secs(3600);
+    let mut h = Harness::new(Config::default());
+    assert_eq!(h.s.config().idle_timeout, Some(IDLE));
+    let [quiet, busy] = open_two(&mut h);
+    let waiting = h.s.open(&Destination::tcp("slow", 1), h.now).unwrap();
+    let _ = h.output();
+    for _ in 0..6 {
+        run_timers(&mut h, IDLE / 2);
+        h.feed(&[data(busy.0, b"tick")]).unwrap();
+        let mut buf = [0; 8];
+        h.s.recv(busy, &mut buf).unwrap();
+    }
+    let events = h.events();
+    assert!(
+        events.contains(&Event::IdleTimeout { id: quiet }),
+        "{events:?}"
+    );
+    assert!(
+        !events.contains(&Event::IdleTimeout { id: busy }),
+        "{events:?}"
+    );
+    assert!(
+        !events.contains(&Event::IdleTimeout { id: waiting }),
+        "{events:?}"
+    );
+    assert_eq!(h.s.stats().idle_timeouts, 1);
+    assert!(h.s.channel(quiet).is_some_and(|c| c.close_sent));
 }

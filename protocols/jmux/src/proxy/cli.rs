@@ -21,7 +21,9 @@
 //!   `--window BYTES` ([`Config::initial_window`], default 1048576),
 //!   `--receive-budget BYTES` ([`Config::receive_budget`], default
 //!   67108864), `--half-close-timeout-ms MS`
-//!   ([`Config::half_close_timeout`], default 30000; 0: never).
+//!   ([`Config::half_close_timeout`], default 30000; 0: never),
+//!   `--idle-timeout-ms MS` ([`Config::idle_timeout`], default 3600000;
+//!   0: never).
 //! - Listener limits (Tether's own; jetsocat has neither, see
 //!   [`HandshakeLimits`]): `--proxy-handshake-timeout-ms MS` (default
 //!   10000), `--max-proxy-handshakes N` (default 256),
@@ -50,6 +52,7 @@ pub const USAGE: &str = "usage: jmux-proxy <PIPE> [<LISTENER>...] [--allow-all |
   --window BYTES           receive window per channel (default 1048576)
   --receive-budget BYTES   receive windows plus buffered input over all channels (default 67108864)
   --half-close-timeout-ms MS  idle time a channel may stay half-closed (EOF one way) before it is closed (default 30000; 0: never)
+  --idle-timeout-ms MS     idle time any other open channel may stay before it is closed (default 3600000; 0: never)
   --proxy-handshake-timeout-ms MS  time a SOCKS5/HTTP proxy client has for its handshake (default 10000)
   --max-proxy-handshakes N         SOCKS5/HTTP proxy handshakes in progress at once (default 256)
   --max-proxy-handshakes-per-source N  of those, from one client address (IPv6: one /64; default 128)
@@ -320,6 +323,7 @@ pub fn parse_args<S: AsRef<str>>(args: &[S]) -> Result<ProxyArgs, CliError> {
                 | "--window"
                 | "--receive-budget"
                 | "--half-close-timeout-ms"
+                | "--idle-timeout-ms"
                 | "--proxy-handshake-timeout-ms"
                 | "--max-proxy-handshakes"
                 | "--max-proxy-handshakes-per-source"
@@ -334,9 +338,14 @@ pub fn parse_args<S: AsRef<str>>(args: &[S]) -> Result<ProxyArgs, CliError> {
                 "--max-channels" => session.max_channels = value.parse().map_err(|_| bad())?,
                 "--window" => session.initial_window = value.parse().map_err(|_| bad())?,
                 "--receive-budget" => session.receive_budget = value.parse().map_err(|_| bad())?,
-                "--half-close-timeout-ms" => {
+                "--half-close-timeout-ms" | "--idle-timeout-ms" => {
                     let ms: u64 = value.parse().map_err(|_| bad())?;
-                    session.half_close_timeout = (ms > 0).then(|| Duration::from_millis(ms));
+                    let timeout = (ms > 0).then(|| Duration::from_millis(ms));
+                    if name == "--idle-timeout-ms" {
+                        session.idle_timeout = timeout;
+                    } else {
+                        session.half_close_timeout = timeout;
+                    }
                 }
                 "--proxy-handshake-timeout-ms" => {
                     handshakes.timeout = Duration::from_millis(positive(value)?);
@@ -508,8 +517,17 @@ mod tests {
             },
             "a quarter of --max-channels, loopback exempt"
         );
-        let never = parse_args(&["ws://x/", "--half-close-timeout-ms", "0"]).unwrap();
+        let never = parse_args(&[
+            "ws://x/",
+            "--half-close-timeout-ms",
+            "0",
+            "--idle-timeout-ms=0",
+        ])
+        .unwrap();
         assert_eq!(never.session.half_close_timeout, None);
+        assert_eq!(never.session.idle_timeout, None);
+        let idle = parse_args(&["ws://x/", "--idle-timeout-ms", "2500"]).unwrap();
+        assert_eq!(idle.session.idle_timeout, Some(Duration::from_millis(2500)));
         assert_eq!(never.channels_per_source.max, 256);
         let one = parse_args(&["ws://x/", "--max-channels=1"]).unwrap();
         assert_eq!(one.channels_per_source.max, 1);
