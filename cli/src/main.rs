@@ -329,6 +329,8 @@ fn log_filter() -> tracing_subscriber::EnvFilter {
 }
 
 fn main() -> ExitCode {
+    // Message-sized buffers reused, not faulted in anew for each message.
+    tether_host::allocator::keep_freed_buffers();
     tracing_subscriber::fmt()
         .with_env_filter(log_filter())
         .with_writer(std::io::stderr)

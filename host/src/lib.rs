@@ -58,6 +58,7 @@ use wasmtime::component::{HasData, Linker, ResourceTable};
 
 mod accept;
 pub mod aead;
+pub mod allocator;
 pub mod bindings;
 pub mod config;
 pub mod metrics;
