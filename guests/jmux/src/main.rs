@@ -595,7 +595,6 @@ struct Proxy {
     set: ReadinessSet,
 }
 
-/// `ip:port` / `[v6]:port` for the host's `tcp.connect`.
 /// Takes channel `id` out of its slot, and off its source's count.
 fn take_chan(
     chans: &mut [Option<Chan>],
@@ -614,6 +613,7 @@ fn take_chan(
     Some(chan)
 }
 
+/// `ip:port` / `[v6]:port` for the host's `tcp.connect`.
 fn host_port(d: &Destination) -> String {
     if d.host.contains(':') {
         format!("[{}]:{}", d.host, d.port)

@@ -131,10 +131,10 @@ pub(crate) struct Channel {
     /// `Event::Data` was emitted and the reader has not consumed since.
     pub readable_notified: bool,
     /// Payload bytes moved either way (sent, received, consumed), wrapping:
-    /// what the half-close idle check compares.
+    /// what the idle check compares.
     pub moved: u64,
-    /// While half-closed under a half-close timeout: the deadline of the
-    /// next idle check and `moved` when it was set.
+    /// Under an idle or half-close timeout: the deadline of the next idle
+    /// check and `moved` when it was set.
     pub idle_check: Option<(Instant, u64)>,
 }
 

@@ -145,7 +145,7 @@ pub struct Config {
     /// to be answered or accepted is not idle. Bounds what an abandoned
     /// channel holds: clients that open channels to targets that stay
     /// silent and never close held them for ever (the red team of
-    /// 2026-12-04, four sources at their per-source share).
+    /// 2026-12-04, two sources each at their per-source share).
     pub idle_timeout: Option<Duration>,
     /// Most bytes of control messages (OPEN SUCCESS/FAILURE, WINDOW
     /// ADJUST, EOF, CLOSE, encoded size) waiting for room in the output
@@ -1594,8 +1594,8 @@ impl Session {
     }
 
     /// Handles protocol timers due at `now`: the optional open timeout and
-    /// the half-closed channels' idle checks
-    /// ([`Config::half_close_timeout`]). Call when
+    /// the channels' idle checks ([`Config::idle_timeout`],
+    /// [`Config::half_close_timeout`]). Call when
     /// [`Session::next_deadline`] has passed; harmless otherwise.
     pub fn handle_timeout(&mut self, now: Instant) {
         self.check_idle(now);
@@ -1743,7 +1743,7 @@ impl Session {
     /// When the driver must wake up even if no I/O happens: the earliest of
     /// the sender's flush deadline (held-back drain flush at +50 us, backstop
     /// at +1 ms from the first unflushed byte), open timeouts and the
-    /// half-closed channels' idle checks. A time in
+    /// channels' idle checks. A time in
     /// the past means "now". On wake-up call [`Session::handle_timeout`]
     /// and [`Session::poll_flush_busy`] (or `poll_flush` at a drain point).
     /// `None`: sleep until I/O. Control messages queued since the last call

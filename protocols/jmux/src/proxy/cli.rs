@@ -197,9 +197,9 @@ pub struct ProxyArgs {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ChannelsPerSource {
     /// The bound; `--max-channels-per-source`, default a quarter of
-    /// [`Config::max_channels`] (at least 1): more sources than four are
-    /// needed to take every channel (the red team of 2026-12-04 took them
-    /// with two at half).
+    /// [`Config::max_channels`] (at least 1): four sources are needed to
+    /// take every channel (the red team of 2026-12-04 took them with two
+    /// at half).
     pub max: u32,
     /// Loopback clients (127.0.0.0/8, `::1`: this machine) count too. By
     /// default they do not: a listener bound to loopback serves one
