@@ -107,6 +107,15 @@ pub async fn jmux(mut args: JmuxArgs) -> anyhow::Result<ExitCode> {
         },
         limits: Limits {
             shutdown_timeout: args.shutdown.timeout(),
+            // The guest bounds its listeners' clients per source itself,
+            // with the protocols' own refusals (SOCKS5 reply 1, HTTP 502):
+            // the host's bound sits above its channels and handshakes per
+            // source (and the WebSocket pipe), and counts loopback when the
+            // guest does.
+            max_connections_per_source: Limits::default().max_connections_per_source.max(
+                parsed.channels_per_source.max as usize + parsed.handshakes.max_per_source + 16,
+            ),
+            count_loopback_connections: parsed.channels_per_source.loopback_too,
             ..Limits::default()
         },
     };

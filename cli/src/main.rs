@@ -136,6 +136,13 @@ pub struct HostArgs {
     /// 1048576).
     #[arg(long, default_value_t = Limits::default().max_handshakes_per_source, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=1 << 20))]
     pub max_handshakes_per_source: usize,
+    /// Accepted connections (WebSocket and TCP, upgraded or not) one
+    /// source (an IPv4 address, an IPv6 /64) holds at once over every
+    /// listener; past it its new connections are closed at once
+    /// (WebSocket: 503). Default 256 with loopback clients not counted;
+    /// given, loopback clients count too (1 to 1048576).
+    #[arg(long, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=1 << 20))]
+    pub max_connections_per_source: Option<usize>,
     /// Name lookups in flight at once over every guest (each holds a
     /// thread until the resolver answers; 1 to 65536).
     #[arg(long, default_value_t = Limits::default().max_dns_lookups, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=1 << 16))]
@@ -250,6 +257,10 @@ impl HostArgs {
                 outbound_buffer_bytes: self.outbound_buffer_bytes,
                 max_handshakes_per_listener: self.max_handshakes_per_listener,
                 max_handshakes_per_source: self.max_handshakes_per_source,
+                max_connections_per_source: self
+                    .max_connections_per_source
+                    .unwrap_or(Limits::default().max_connections_per_source),
+                count_loopback_connections: self.max_connections_per_source.is_some(),
                 max_dns_lookups: self.max_dns_lookups,
                 max_dns_lookups_per_guest: self.max_dns_lookups_per_guest,
                 connect_timeout: Duration::from_millis(self.connect_timeout_ms),

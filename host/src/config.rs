@@ -102,6 +102,23 @@ pub struct Limits {
     /// only this share bounds what one address takes. Clients behind one
     /// NAT share it. Default 256.
     pub max_handshakes_per_source: usize,
+    /// Accepted connections one source (an IPv4 address, an IPv6 /64)
+    /// holds at once over every listener of the host, WebSocket and TCP:
+    /// from its accept (a handshake counts) until its socket closes. Past
+    /// it, a new connection from that source is closed at once (a
+    /// WebSocket client is answered 503 first), while other sources are
+    /// served: without it, one address that keeps its connections open
+    /// takes every file descriptor of the process and the memory each
+    /// connection holds. Clients behind one NAT share it. Loopback
+    /// clients are counted only with `count_loopback_connections`.
+    /// Default 256.
+    pub max_connections_per_source: usize,
+    /// Whether loopback clients count against
+    /// `max_connections_per_source`. Off by default: on a listener bound
+    /// to loopback they are this machine's own programs, and behind a
+    /// reverse proxy on the same machine every client is loopback (the
+    /// proxy is the place to bound them). Default false.
+    pub count_loopback_connections: bool,
     /// Name lookups (getaddrinfo, one blocking thread each) in flight at
     /// once, over every guest of the host. A lookup past it waits for a
     /// place within `connect_timeout`; a lookup holds its place until the
@@ -178,6 +195,8 @@ impl Default for Limits {
             max_aead_keys: 4096,
             max_handshakes_per_listener: 1024,
             max_handshakes_per_source: 256,
+            max_connections_per_source: 256,
+            count_loopback_connections: false,
             max_dns_lookups: 64,
             max_dns_lookups_per_guest: 16,
             connect_timeout: Duration::from_secs(10),

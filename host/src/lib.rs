@@ -61,6 +61,7 @@ pub mod aead;
 pub mod allocator;
 pub mod bindings;
 pub mod config;
+mod connections;
 pub mod metrics;
 pub mod net;
 pub mod p3;
@@ -103,6 +104,9 @@ pub struct HostCtx {
     pub(crate) lifecycle: shutdown::Shutdown,
     /// Places for name lookups in flight (`Limits::max_dns_lookups`).
     pub(crate) lookups: Arc<tokio::sync::Semaphore>,
+    /// Accepted connections held per source
+    /// (`Limits::max_connections_per_source`).
+    pub(crate) connections: Arc<connections::BySource>,
 }
 
 /// Host-wide counters, readable at any time (tests, metrics).
@@ -313,6 +317,10 @@ impl HostCtx {
         let tls = tls::client_config(&config.tls)?;
         let stats = Arc::<Stats>::default();
         let lookups = net::lookup_places(config.limits.max_dns_lookups);
+        let connections = connections::BySource::new(
+            config.limits.max_connections_per_source,
+            config.limits.count_loopback_connections,
+        );
         Ok(Arc::new(HostCtx {
             config,
             tls,
@@ -320,6 +328,7 @@ impl HostCtx {
             stats,
             lifecycle: shutdown::Shutdown::default(),
             lookups,
+            connections,
         }))
     }
 

@@ -30,6 +30,7 @@
 //! | `tether_buffered_bytes` | gauge | | bytes queued in message-stream buffers now ([`crate::Stats::buffered_bytes`]) |
 //! | `tether_peak_buffered_bytes` | gauge | | the most ever queued at once ([`crate::Stats::peak_buffered_bytes`]) |
 //! | `tether_handshake_failures_total` | counter | `direction`, `reason` | WebSocket upgrades (and TLS handshakes) that failed |
+//! | `tether_source_refusals_total` | counter | `interface` | accepted connections closed at once because their source held `max_connections_per_source` (a WebSocket client answered 503) |
 //! | `tether_close_codes_total` | counter | `direction`, `code` | WebSocket close codes `sent` and `received` |
 
 use std::borrow::Cow;
@@ -159,6 +160,7 @@ pub struct Metrics {
     sent_bytes: Family<Labels1, Counter>,
     policy_denials: Family<[(&'static str, String); 1], Counter>,
     handshake_failures: Family<Labels2, Counter>,
+    source_refusals: Family<Labels1, Counter>,
     close_codes: Family<[(&'static str, Cow<'static, str>); 2], Counter>,
     pub(crate) websocket: Flow,
     pub(crate) tcp: Flow,
@@ -207,6 +209,7 @@ impl Metrics {
             sent_bytes,
             policy_denials: Family::default(),
             handshake_failures: Family::default(),
+            source_refusals: Family::default(),
             close_codes: Family::default(),
             websocket,
             tcp,
@@ -285,6 +288,11 @@ impl Metrics {
             self.handshake_failures.clone(),
         );
         r.register(
+            "source_refusals",
+            "Accepted connections closed at once because their source (IPv4 address, IPv6 /64) held max_connections_per_source, by interface",
+            self.source_refusals.clone(),
+        );
+        r.register(
             "close_codes",
             "WebSocket close codes sent and received (1005: no status code, 1006: no close frame, other: outside the IANA registry and 3000-4999)",
             self.close_codes.clone(),
@@ -328,6 +336,14 @@ impl Metrics {
     pub(crate) fn policy_denied(&self, reason: &str) {
         self.policy_denials
             .get_or_create(&[("rule", denial_rule(reason))])
+            .inc();
+    }
+
+    /// Counts an accepted connection closed at once because its source
+    /// held `max_connections_per_source`.
+    pub(crate) fn source_full(&self, interface: Interface) {
+        self.source_refusals
+            .get_or_create(&[("interface", interface.as_str())])
             .inc();
     }
 

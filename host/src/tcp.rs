@@ -27,6 +27,7 @@ use wasmtime_wasi::p2::{
 use crate::accept::AcceptQueue;
 use crate::bindings::ErrorCode;
 use crate::bindings::tether::streams::tcp as wit;
+use crate::connections::SourcePlace;
 use crate::metrics::{Direction, Interface, OpenConnection};
 use crate::ready::{Pending, Signal, pollable};
 use crate::{HostCtx, TetherCtxView, net};
@@ -52,8 +53,9 @@ struct Writer {
     stats: Arc<crate::Stats>,
     /// `tether_sent_bytes_total{interface="tcp"}`.
     sent_bytes: prometheus_client::metrics::counter::Counter,
-    /// Counts the connection as open while the writer or the reader lives.
-    _open: Arc<OpenConnection>,
+    /// Counts the connection as open while the writer or the reader lives
+    /// (and an accepted one in its source's count).
+    _open: Arc<Open>,
     state: Mutex<WriteState>,
     limit: usize,
     /// `linger_timeout`: how long the queue may take to drain once the
@@ -395,7 +397,7 @@ pub(crate) struct TcpInput {
     stream: Arc<TcpStream>,
     /// `tether_received_bytes_total{interface="tcp"}`.
     received_bytes: prometheus_client::metrics::counter::Counter,
-    _open: Arc<OpenConnection>,
+    _open: Arc<Open>,
     chunk: usize,
     closed: bool,
 }
@@ -545,21 +547,35 @@ pub fn open(
     ctx: &HostCtx,
     direction: Direction,
 ) -> Result<Connection, ErrorCode> {
-    let (stream, input, output) = open_halves(stream, ctx, direction)?;
+    let (stream, input, output) = open_halves(stream, ctx, direction, None)?;
     Ok((stream, Box::new(input), Box::new(output)))
 }
 
-/// [`open`], with the two halves unboxed (for either ABI).
+/// What a connection holds while its socket is open (either half lives):
+/// its place in `tether_connections_open`, and an accepted one's place in
+/// its source's count (`max_connections_per_source`).
+struct Open {
+    _metric: OpenConnection,
+    _place: Option<SourcePlace>,
+}
+
+/// [`open`], with the two halves unboxed (for either ABI). `place`: an
+/// accepted connection's place in its source's count, kept until the
+/// socket closes.
 pub(crate) fn open_halves(
     stream: TcpStream,
     ctx: &HostCtx,
     direction: Direction,
+    place: Option<SourcePlace>,
 ) -> Result<(ByteStream, TcpInput, TcpOutput), ErrorCode> {
     let peer = stream.peer_addr().map_err(|e| net::io_error(&e))?;
     let local = stream.local_addr().map_err(|e| net::io_error(&e))?;
     let stream = Arc::new(stream);
     let limits = &ctx.config.limits;
-    let open = Arc::new(ctx.metrics.connection(Interface::Tcp, direction));
+    let open = Arc::new(Open {
+        _metric: ctx.metrics.connection(Interface::Tcp, direction),
+        _place: place,
+    });
     let writer = Arc::new(Writer {
         stream: stream.clone(),
         stats: ctx.stats.clone(),
@@ -635,7 +651,7 @@ pub type FutureByteStream = Pending<Connection>;
 /// A TCP server socket (the `byte-listener` resource).
 pub struct ByteListener {
     ctx: Arc<HostCtx>,
-    queue: Arc<AcceptQueue<TcpStream>>,
+    queue: Arc<AcceptQueue<(TcpStream, Option<SourcePlace>)>>,
     local: SocketAddr,
 }
 
@@ -647,18 +663,33 @@ impl Drop for ByteListener {
     }
 }
 
-async fn accept_loop(listener: tokio::net::TcpListener, queue: Arc<AcceptQueue<TcpStream>>) {
+/// Accepts connections into `queue` while it has room; a connection from
+/// a source that holds `max_connections_per_source` already is closed at
+/// once (counted in `tether_accept_refusals_total`).
+async fn accept_loop(
+    ctx: Arc<HostCtx>,
+    listener: tokio::net::TcpListener,
+    queue: Arc<AcceptQueue<(TcpStream, Option<SourcePlace>)>>,
+) {
     let mut errors = net::AcceptErrors::new("TCP listener");
     loop {
         queue.room().await;
         match listener.accept().await {
             Ok((tcp, peer)) => {
                 errors.accepted();
+                let place = match ctx.connections.take(peer) {
+                    Ok(place) => place,
+                    Err(full) => {
+                        ctx.metrics.source_full(Interface::Tcp);
+                        tracing::debug!(%peer, max = full.max, "refused: this source holds max_connections_per_source connections");
+                        continue;
+                    }
+                };
                 if let Err(e) = net::accepted(&tcp) {
                     tracing::warn!(%peer, "TCP_NODELAY failed: {e}");
                     continue;
                 }
-                queue.push(tcp);
+                queue.push((tcp, place));
             }
             Err(e) => errors.failed(&e).await,
         }
@@ -680,10 +711,10 @@ impl ByteListener {
         &self,
     ) -> Result<Option<(ByteStream, TcpInput, TcpOutput)>, ErrorCode> {
         loop {
-            let Some(tcp) = self.queue.take()? else {
+            let Some((tcp, place)) = self.queue.take()? else {
                 return Ok(None);
             };
-            match open_halves(tcp, &self.ctx, Direction::Inbound) {
+            match open_halves(tcp, &self.ctx, Direction::Inbound, place) {
                 Ok(conn) => return Ok(Some(conn)),
                 Err(e) => tracing::debug!("accepted connection already gone: {e:?}"),
             }
@@ -713,7 +744,7 @@ impl ByteListener {
         let span = tracing::info_span!("listener", interface = "tcp", %local);
         queue.set_task(
             tokio::spawn(tracing::Instrument::instrument(
-                accept_loop(listener, queue.clone()),
+                accept_loop(ctx.clone(), listener, queue.clone()),
                 span,
             ))
             .abort_handle(),
@@ -829,13 +860,16 @@ impl wit::HostByteListener for TetherCtxView<'_> {
         let listener = self.table.get(&this)?;
         let ctx = listener.ctx.clone();
         loop {
-            let tcp = match self.table.get(&this)?.queue.take() {
-                Ok(Some(tcp)) => tcp,
+            let (tcp, place) = match self.table.get(&this)?.queue.take() {
+                Ok(Some(accepted)) => accepted,
                 Ok(None) => return Ok(Ok(None)),
                 Err(e) => return Ok(Err(e)),
             };
-            match open(tcp, &ctx, Direction::Inbound) {
-                Ok(conn) => return Ok(Ok(Some(push_connection(self.table, conn)?))),
+            match open_halves(tcp, &ctx, Direction::Inbound, place) {
+                Ok((stream, input, output)) => {
+                    let conn: Connection = (stream, Box::new(input), Box::new(output));
+                    return Ok(Ok(Some(push_connection(self.table, conn)?)));
+                }
                 // The client reset the connection while it waited in the
                 // backlog (no peer address any more): it is gone, nothing
                 // for the guest to handle; try the next one.

@@ -1564,6 +1564,10 @@ pub struct Metered<S> {
     pos: usize,
     inner: S,
     assembly: Option<Arc<Assembly>>,
+    /// An accepted connection's place in its source's count
+    /// (`max_connections_per_source`), given back when the socket closes
+    /// (this wrapper owns it).
+    _place: Option<crate::connections::SourcePlace>,
 }
 
 impl<S> Metered<S> {
@@ -1580,6 +1584,7 @@ impl<S> Metered<S> {
             pos: 0,
             inner,
             assembly: None,
+            _place: None,
         }
     }
 }
@@ -1683,6 +1688,7 @@ async fn accept_one(
     supported: Arc<Vec<String>>,
     queue: Arc<AcceptQueue<MessageStream>>,
     arrived: places::HeadArrived,
+    place: Option<crate::connections::SourcePlace>,
 ) {
     let limits = &ctx.config.limits;
     let head =
@@ -1732,7 +1738,8 @@ async fn accept_one(
         Ok(response)
     };
     let socket = std::os::fd::AsRawFd::as_raw_fd(&tcp);
-    let stream = Metered::with_head(head, tcp);
+    let mut stream = Metered::with_head(head, tcp);
+    stream._place = place;
     let handshake =
         tokio_tungstenite::accept_hdr_async_with_config(stream, callback, Some(ws_config(limits)));
     let stream = match tokio::time::timeout(limits.handshake_timeout, handshake).await {
@@ -1769,8 +1776,11 @@ async fn accept_one(
     queue.fill(stream);
 }
 
-/// Accepts connections and runs their handshakes concurrently, at most
-/// `max_handshakes_per_listener` at once and `max_handshakes_per_source`
+/// Accepts connections and runs their handshakes concurrently. A
+/// connection whose source holds `max_connections_per_source` of the
+/// host's connections already is answered 503 and closed at once; the
+/// others hold their source's place until their socket closes. At most
+/// `max_handshakes_per_listener` run at once and `max_handshakes_per_source`
 /// from one source (past that, its new connections are answered 503 and
 /// closed at once). Past the first, a new connection
 /// takes the place of the oldest client that has sent no request head
@@ -1806,6 +1816,15 @@ async fn accept_loop(
             Err(e) => {
                 // EMFILE and friends are not a dead listener: back off.
                 errors.failed(&e).await;
+                continue;
+            }
+        };
+        let place = match ctx.connections.take(peer) {
+            Ok(place) => place,
+            Err(full) => {
+                let _ = tcp.try_write(REFUSED_BUSY);
+                ctx.metrics.source_full(Interface::WebSocket);
+                tracing::debug!(%peer, max = full.max, "refused: this source holds max_connections_per_source connections");
                 continue;
             }
         };
@@ -1850,6 +1869,7 @@ async fn accept_loop(
                 supported.clone(),
                 queue.clone(),
                 head,
+                place,
             )),
         );
     }

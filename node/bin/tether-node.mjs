@@ -31,6 +31,9 @@ options (as \`tether run\`):
   --max-dns-lookups N, --max-dns-lookups-per-guest N
                                              name lookups in flight (defaults 64 and 16; the smaller applies: one guest)
   --max-batch-messages N, --readiness-set-entries N, --max-handshakes-per-listener N
+  --max-connections-per-source N             connections one source (IPv4 address, IPv6 /64) holds over every
+                                             listener, WebSocket and TCP (default 256, loopback clients not
+                                             counted; given, loopback clients count too)
   --connect-timeout-ms N, --handshake-timeout-ms N, --linger-timeout-ms N
   --max-run-ms N                             runaway limit (default 10000)
   --max-aead-keys N                          live tether:streams/aead packet keys (default 4096)
@@ -93,7 +96,13 @@ function parseArgs(argv) {
     else if (a === "--max-memory-mib") opts.limits.maxMemoryBytes = Number(val()) * (1 << 20);
     else if (a === "--cache") opts.cache = resolve(val());
     else if (a === "--report") opts.report = val();
-    else if (NUMERIC[a]) {
+    else if (a === "--max-connections-per-source") {
+      // As `tether run`: given, the bound applies to loopback clients too.
+      const n = Number(val());
+      if (!Number.isInteger(n) || n < 1 || n > 1 << 20) fail(`${a}: expected an integer from 1 to 1048576`);
+      opts.limits.maxConnectionsPerSource = n;
+      opts.limits.countLoopbackConnections = true;
+    } else if (NUMERIC[a]) {
       const n = Number(val());
       if (!Number.isInteger(n) || n < 1) fail(`${a}: expected a positive integer`);
       opts.limits[NUMERIC[a]] = n;

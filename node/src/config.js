@@ -15,6 +15,22 @@ export const DEFAULT_LIMITS = Object.freeze({
   readinessSetEntries: 1 << 16,
   maxHandshakesPerListener: 1024,
   maxHandshakesPerSource: 256,
+  /**
+   * Accepted connections one source (an IPv4 address, an IPv6 /64) holds
+   * at once over every listener of the host, WebSocket and TCP: from its
+   * accept (a handshake counts) until its socket closes. Past it a new
+   * connection from that source is closed at once (a WebSocket client is
+   * answered 503 first) while other sources are served. Loopback clients
+   * count only with `countLoopbackConnections` (src/sources.js).
+   */
+  maxConnectionsPerSource: 256,
+  /**
+   * Whether loopback clients (127.0.0.0/8, ::1) count against
+   * `maxConnectionsPerSource`: not by default, since on a listener bound to
+   * loopback they are this machine's own programs, and behind a reverse
+   * proxy on the same machine every client is loopback.
+   */
+  countLoopbackConnections: false,
   connectTimeoutMs: 10_000,
   handshakeTimeoutMs: 10_000,
   lingerTimeoutMs: 5_000,

@@ -10,6 +10,7 @@ import { PendingConnect, AcceptQueue } from "./ready.js";
 import { E, fromNodeError } from "./config.js";
 import { splitHostPort, checkDestination, resolveAllowed, lookupPlaces, sockAddr } from "./net.js";
 import { parseBind } from "./websocket.js";
+import { connectionsBySource } from "./sources.js";
 
 /** One TCP connection's state: the source of its input stream and the sink of its output stream. */
 class Sock {
@@ -229,8 +230,12 @@ function listen(host, address) {
   }
   const server = net.createServer({ noDelay: true, pauseOnConnect: false });
   const listener = new ByteListener(host, server);
+  const connections = connectionsBySource(host);
   server.on("connection", (sock) => {
     if (listener.stopped) return sock.destroy();
+    // A source that holds its bound of connections over every listener
+    // of the host is closed at once.
+    if (!connections.take(sock)) return sock.destroy();
     listener.push(new Sock(host, sock));
   });
   return new Promise((resolve, reject) => {

@@ -20,6 +20,7 @@ import {
 } from "./config.js";
 import { checkDestination, resolveAllowed, lookupPlaces, pinnedLookup, sockAddr } from "./net.js";
 import { parseHost } from "./policy.js";
+import { sourceOf, connectionsBySource } from "./sources.js";
 
 /** The close code `ws` attaches to an error that fails the connection. */
 function statusCode(err) {
@@ -38,6 +39,12 @@ function checkClose(code, reason) {
 }
 
 const size = (data) => (typeof data === "string" ? Buffer.byteLength(data, "utf8") : data.length);
+
+/**
+ * Answer to a client whose source holds `maxConnectionsPerSource`
+ * connections already (host/src/websocket.rs REFUSED_BUSY).
+ */
+const REFUSED_BUSY = "HTTP/1.1 503 Service Unavailable\r\nConnection: close\r\nContent-Length: 0\r\n\r\n";
 
 /** Close code 1013, Try Again Later: the host-wide assembling budget is spent. */
 const CLOSE_TRY_AGAIN_LATER = 1013;
@@ -567,23 +574,6 @@ function oldestSilent(sockets, now) {
   return null;
 }
 
-/**
- * The source a handshake counts against for `maxHandshakesPerSource`: an
- * IPv4 address (also IPv4-mapped IPv6), or an IPv6 address's /64 prefix
- * (host/src/places.rs `source_of`). `addr`: Node's `remoteAddress`.
- */
-export function sourceOf(addr) {
-  if (!addr) return "";
-  const mapped = /^::ffff:(\d+\.\d+\.\d+\.\d+)$/i.exec(addr);
-  if (mapped) return mapped[1];
-  if (!addr.includes(":")) return addr;
-  const [head, tail] = addr.replace(/%.*$/, "").split("::");
-  const h = head ? head.split(":") : [];
-  const t = tail === undefined ? null : tail ? tail.split(":") : [];
-  const groups = t === null ? h : [...h, ...Array(8 - h.length - t.length).fill("0"), ...t];
-  return `${groups.slice(0, 4).map((g) => parseInt(g, 16).toString(16)).join(":")}::/64`;
-}
-
 function listen(host, address, options) {
   const bind = parseBind(address);
   try {
@@ -623,9 +613,18 @@ function listen(host, address, options) {
       else perSource.delete(sock.tetherSource);
     }
   };
+  const connections = connectionsBySource(host);
   server.on("connection", (sock) => {
     sock.setNoDelay(true);
     if (listener.stopped) return sock.destroy();
+    // Before the handshake places: a source that holds its bound of
+    // connections over every listener of the host gets 503, and its
+    // socket goes as soon as that is written (it holds no place, so a
+    // client that never closes must not keep it).
+    if (!connections.take(sock)) {
+      sock.end(REFUSED_BUSY, () => sock.destroy());
+      return;
+    }
     const source = sourceOf(sock.remoteAddress);
     const sourceFull = (perSource.get(source) ?? 0) >= maxPerSource;
     if (sourceFull || handshaking >= host.limits.maxHandshakesPerListener) {

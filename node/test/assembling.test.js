@@ -12,6 +12,9 @@ import { Host } from "../src/host.js";
 import { websocketImports } from "../src/websocket.js";
 import { ASSEMBLY_ALLOWANCE_BYTES } from "../src/config.js";
 import { upgradeHead } from "./upgrade-head.js";
+import { until as untilWithin } from "./raw-client.js";
+
+const until = (what, f, ms = 10_000) => untilWithin(what, f, ms);
 
 const MIB = 1 << 20;
 const BUDGET = 6 * MIB;
@@ -64,14 +67,6 @@ function upgrade(addr) {
 function closeCode(got) {
   const b = got.bytes;
   return b.length >= 4 && (b[0] & 0x0f) === 0x08 ? b.readUInt16BE(2) : undefined;
-}
-
-async function until(what, f, ms = 10_000) {
-  const end = Date.now() + ms;
-  while (!f()) {
-    if (Date.now() > end) assert.fail(`not within ${ms} ms: ${what}`);
-    await new Promise((r) => setTimeout(r, 10));
-  }
 }
 
 async function listening(limits) {

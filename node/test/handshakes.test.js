@@ -9,36 +9,15 @@
 
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import net from "node:net";
 import { Host } from "../src/host.js";
-import { websocketImports, sourceOf } from "../src/websocket.js";
+import { websocketImports } from "../src/websocket.js";
+import { sourceOf } from "../src/sources.js";
 import { HANDSHAKE_EVICT_AFTER_MS } from "../src/config.js";
 import { upgradeHead } from "./upgrade-head.js";
+import { client, until, sleep } from "./raw-client.js";
 
 const CAP = 4;
 
-/** Connects, sends `first`, and records what comes back and when it closes. */
-function client(addr, first, localAddress) {
-  const [host, port] = addr.split(":");
-  const sock = net.connect({ host, port: Number(port), localAddress });
-  const got = { bytes: Buffer.alloc(0), closed: false };
-  sock.on("error", () => {});
-  sock.on("connect", () => first && sock.write(first));
-  sock.on("data", (d) => (got.bytes = Buffer.concat([got.bytes, d])));
-  sock.on("close", () => (got.closed = true));
-  return { sock, got };
-}
-
-
-async function until(what, f, ms = 5_000) {
-  const end = Date.now() + ms;
-  while (!f()) {
-    if (Date.now() > end) assert.fail(`not within ${ms} ms: ${what}`);
-    await new Promise((r) => setTimeout(r, 10));
-  }
-}
-
-const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
 test("silent handshakes give their places to new clients at the bound", async () => {
   const host = new Host({

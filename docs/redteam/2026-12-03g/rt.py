@@ -51,8 +51,9 @@ def status(pid):
     return {"rss_mib": rss, "hwm_mib": hwm, "fds": fds, "cpu_s": cpu, "threads": int(d["Threads"])}
 
 
-def ws_connect(port, extra_headers="", timeout=5):
-    s = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+def ws_connect(port, extra_headers="", timeout=5, source=None):
+    s = socket.create_connection(("127.0.0.1", port), timeout=timeout,
+                                 source_address=(source, 0) if source else None)
     s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     key = base64.b64encode(os.urandom(16)).decode()
     req = (f"GET / HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"

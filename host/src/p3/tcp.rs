@@ -212,7 +212,7 @@ impl<T> wit::HostWithStore<T> for HasTetherAsync {
             Err(e) => return Ok(Err(error(e))),
         };
         let opened = match net::dial(&ctx, &lookups, &host, port, check).await {
-            Ok(socket) => tcp::open_halves(socket, &ctx, Direction::Outbound),
+            Ok(socket) => tcp::open_halves(socket, &ctx, Direction::Outbound, None),
             Err(e) => Err(e),
         };
         match opened {

@@ -1582,3 +1582,120 @@ async fn peers_that_never_read_large_echoes_do_not_take_the_echo_server_down() {
     .await
     .expect("test deadline");
 }
+
+/// A client connection from `source` to `addr` (the source's own port).
+async fn connect_from(source: [u8; 4], addr: SocketAddr) -> TcpStream {
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.bind(SocketAddr::from((source, 0))).unwrap();
+    let tcp = socket.connect(addr).await.unwrap();
+    tcp.set_nodelay(true).unwrap();
+    tcp
+}
+
+/// A WebSocket client from `source` that has its "hi" echoed, or the
+/// host's refusal.
+async fn echoed_ws(
+    source: [u8; 4],
+    addr: SocketAddr,
+) -> Result<tokio_tungstenite::WebSocketStream<TcpStream>, String> {
+    let tcp = connect_from(source, addr).await;
+    let (mut ws, _) = tokio_tungstenite::client_async(format!("ws://{addr}/held"), tcp)
+        .await
+        .map_err(|e| e.to_string())?;
+    ws.send(Message::Text("hi".into())).await.unwrap();
+    assert_eq!(
+        ws.next().await.unwrap().unwrap(),
+        Message::Text("hi".into())
+    );
+    Ok(ws)
+}
+
+/// A TCP client from `source` that has its bytes echoed, or `None` when
+/// the host closed it at once.
+async fn echoed_tcp(source: [u8; 4], addr: SocketAddr) -> Option<TcpStream> {
+    let mut tcp = connect_from(source, addr).await;
+    let _ = tcp.write_all(b"hi").await;
+    let mut echoed = [0u8; 2];
+    match tokio::time::timeout(Duration::from_secs(2), tcp.read_exact(&mut echoed)).await {
+        Ok(Ok(_)) => {
+            assert_eq!(&echoed, b"hi");
+            Some(tcp)
+        }
+        Ok(Err(_)) => None,
+        Err(_) => panic!("a TCP client was neither echoed nor closed within 2 s"),
+    }
+}
+
+/// Once upgraded (or, on a TCP listener, accepted), a connection was the
+/// guest's and nothing bounded how many one client address kept open:
+/// one address that holds its connections took every file descriptor of
+/// the process and the memory each holds. Now one source holds at most
+/// `max_connections_per_source` over every listener of the host
+/// (WebSocket and TCP together): past it its new connections are closed
+/// at once (a WebSocket client gets 503), another source (127.0.0.2) is
+/// served, and a place comes back when a connection closes.
+#[tokio::test(flavor = "current_thread")]
+async fn one_source_holds_at_most_its_bound_of_connections() {
+    tokio::time::timeout(Duration::from_secs(30), async {
+        let mut config = local_config();
+        config.limits.max_connections_per_source = 4;
+        config.limits.count_loopback_connections = true;
+        let runner = runner(config);
+        let (listen, addr) = listen_address();
+        let (tcp_listen, tcp_addr) = listen_address();
+        // 2 + 2 held, one from another source, one after a place came back.
+        let guest = echo(&runner, &["server", &listen, "6", "--tcp", &tcp_listen]);
+        let test = peer_runtime().spawn(async move {
+            drop(connect_when_up(addr).await);
+            drop(connect_when_up(tcp_addr).await);
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            let a = [127, 0, 0, 1];
+            let mut ws = Vec::new();
+            for _ in 0..2 {
+                ws.push(echoed_ws(a, addr).await.expect("within the bound"));
+            }
+            let mut tcp = Vec::new();
+            for _ in 0..2 {
+                tcp.push(echoed_tcp(a, tcp_addr).await.expect("within the bound"));
+            }
+            let t0 = Instant::now();
+            let refused_ws = echoed_ws(a, addr).await.err();
+            let refused_tcp = echoed_tcp(a, tcp_addr).await.is_none();
+            let refused_in = t0.elapsed();
+            let other = echoed_ws([127, 0, 0, 2], addr)
+                .await
+                .expect("another source is served");
+            // One of the four closes: its place comes back.
+            let mut first = ws.remove(0);
+            first.close(None).await.unwrap();
+            while first.next().await.is_some() {}
+            let mut again = None;
+            for _ in 0..50 {
+                if let Ok(ws) = echoed_ws(a, addr).await {
+                    again = Some(ws);
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            let again = again.expect("the source's place never came back");
+            for mut w in ws.into_iter().chain([other, again]) {
+                w.close(None).await.unwrap();
+                while w.next().await.is_some() {}
+            }
+            drop(tcp);
+            (refused_ws, refused_tcp, refused_in)
+        });
+        let (out, test) = tokio::join!(guest, test);
+        let (refused_ws, refused_tcp, refused_in) = test.unwrap();
+        assert!(out.success(), "{}", show(&out));
+        let refused_ws = refused_ws.expect("a fifth connection of the source was upgraded");
+        assert!(refused_ws.contains("503"), "refused with `{refused_ws}`");
+        assert!(refused_tcp, "a fifth connection of the source was echoed");
+        assert!(
+            refused_in < Duration::from_millis(500),
+            "refusals took {refused_in:?}"
+        );
+    })
+    .await
+    .expect("test deadline");
+}

@@ -1,0 +1,85 @@
+// Where accepted connections come from: the source a client counts
+// against (an IPv4 address, an IPv6 /64), and the connections each source
+// holds over every listener of a host, WebSocket and TCP
+// (`maxConnectionsPerSource`). Mirrors host/src/places.rs `source_of` and
+// host/src/connections.rs.
+
+/**
+ * The source a client counts against, for `maxHandshakesPerSource` and
+ * `maxConnectionsPerSource`: an IPv4 address (also IPv4-mapped IPv6), or
+ * an IPv6 address's /64 prefix (host/src/places.rs `source_of`). `addr`:
+ * Node's `remoteAddress`.
+ */
+export function sourceOf(addr) {
+  if (!addr) return "";
+  const mapped = /^::ffff:(\d+\.\d+\.\d+\.\d+)$/i.exec(addr);
+  if (mapped) return mapped[1];
+  if (!addr.includes(":")) return addr;
+  const [head, tail] = addr.replace(/%.*$/, "").split("::");
+  const h = head ? head.split(":") : [];
+  const t = tail === undefined ? null : tail ? tail.split(":") : [];
+  const groups = t === null ? h : [...h, ...Array(8 - h.length - t.length).fill("0"), ...t];
+  return `${groups.slice(0, 4).map((g) => parseInt(g, 16).toString(16)).join(":")}::/64`;
+}
+
+/** Whether `addr` (Node's `remoteAddress`) is loopback: 127.0.0.0/8 (also IPv4-mapped) or ::1. */
+export function isLoopback(addr) {
+  return /^(::ffff:)?127\./i.test(addr ?? "") || addr === "::1";
+}
+
+/**
+ * The connections every source holds at once, shared by the listeners of
+ * one host (host/src/connections.rs `BySource`): a connection holds a
+ * place of its source from its accept (a WebSocket client still in its
+ * handshake counts) until its socket closes, however it closes; a source
+ * at the bound has its new connections closed at once while other
+ * sources are served. Without it, one address that keeps its connections
+ * open takes every file descriptor of the process and the memory each
+ * connection holds. Loopback clients count only with `countLoopback`: on
+ * a listener bound to loopback they are the machine's own programs, and
+ * behind a reverse proxy on the same machine every client is loopback.
+ */
+export class ConnectionsBySource {
+  /**
+   * @param {number} max connections per source (at least 1)
+   * @param {boolean} countLoopback whether loopback clients count
+   */
+  constructor(max, countLoopback) {
+    this.max = Math.max(1, max);
+    this.countLoopback = countLoopback;
+    this.bySource = new Map();
+  }
+
+  /**
+   * Takes a place for `sock`, a socket just accepted: true when it may be
+   * served (its source is not counted, or holds fewer than the bound; the
+   * place comes back on the socket's 'close'), false when its source
+   * holds the bound already (the caller closes it).
+   */
+  take(sock) {
+    if (!this.countLoopback && isLoopback(sock.remoteAddress)) return true;
+    const source = sourceOf(sock.remoteAddress);
+    const n = this.bySource.get(source) ?? 0;
+    if (n >= this.max) return false;
+    this.bySource.set(source, n + 1);
+    sock.once("close", () => {
+      const left = this.bySource.get(source) - 1;
+      if (left > 0) this.bySource.set(source, left);
+      else this.bySource.delete(source);
+    });
+    return true;
+  }
+
+  /** Connections the source of `addr` holds now. */
+  held(addr) {
+    return this.bySource.get(sourceOf(addr)) ?? 0;
+  }
+}
+
+/** The host's count of connections per source, made at first use from its limits. */
+export function connectionsBySource(host) {
+  return (host.connectionsBySource ??= new ConnectionsBySource(
+    host.limits.maxConnectionsPerSource,
+    host.limits.countLoopbackConnections,
+  ));
+}
