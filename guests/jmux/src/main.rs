@@ -191,6 +191,9 @@ fn run(args: ProxyArgs, poll_all: bool) -> Result<(), String> {
         channels_per_source: HashMap::new(),
         max_channels_per_source: args.channels_per_source.max,
         loopback_capped: args.channels_per_source.loopback_too,
+        waiting_opens: VecDeque::new(),
+        fair_share_evictions: 0,
+        no_quiet_channel: None,
         linger_deadlines: VecDeque::new(),
         handshakes_cut: [0, 0, 0, 0],
         connects: Vec::new(),
@@ -316,6 +319,37 @@ enum Cut {
 /// trips; clients that connect and stall would otherwise hold every place
 /// until their deadline and shut everyone else out (a slowloris).
 const EVICT_AFTER: Duration = Duration::from_secs(1);
+
+/// How long a channel must have moved no byte before a new client from a
+/// smaller source may take its place ([`Proxy::give_up_for`]): the
+/// handshake places' grace ([`EVICT_AFTER`]).
+const FAIR_SHARE_QUIET: Duration = EVICT_AFTER;
+
+/// After a look for a quiet channel to give up found none, how long
+/// clients finding every channel in use are refused without another look
+/// (50 ms): a look costs O(channels), and clients arriving faster than
+/// this cannot make the guest pay it for each.
+const FAIR_SHARE_RETRY: Duration = Duration::from_millis(50);
+
+/// Clients waiting at once for the place of a channel given up for them
+/// ([`Proxy::waiting_opens`]); past it a client finding every channel in
+/// use is refused as before.
+const MAX_WAITING_OPENS: usize = 64;
+
+/// A listener client whose channel waits for the place of a channel given
+/// up for it: the session frees that id once the peer's CLOSE comes back.
+struct WaitingOpen {
+    conn: Conn,
+    dest: Destination,
+    greeting: Greeting,
+    pending: Vec<u8>,
+    forward: Option<Forward>,
+    /// Counted in [`Proxy::channels_per_source`] while it waits.
+    source: IpAddr,
+    /// Refused if no place came by then (the proxy handshake timeout
+    /// after it began to wait).
+    deadline: Instant,
+}
 
 /// What the client must hear once its channel opens.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -553,6 +587,18 @@ struct Proxy {
     max_channels_per_source: u32,
     /// Loopback clients count too (`--max-channels-per-source` given).
     loopback_capped: bool,
+    /// Clients waiting for a channel given up for them, oldest first
+    /// (at most [`MAX_WAITING_OPENS`]): they take the ids the session
+    /// frees before any new client.
+    waiting_opens: VecDeque<WaitingOpen>,
+    /// Channels given up for clients of smaller sources (logged at powers
+    /// of two).
+    fair_share_evictions: u64,
+    /// A look for a quiet channel to give up for a source holding this
+    /// many found none: until then ([`FAIR_SHARE_RETRY`]) a source holding
+    /// as many or more gets no other look (it would find none either
+    /// unless a channel went quiet meanwhile); a smaller one does.
+    no_quiet_channel: Option<(Instant, u32)>,
     /// (deadline, channel) of the channels that began to linger, oldest
     /// first (one timeout for all). Entries of channels released earlier
     /// stay until they reach the front or the queue is compacted.
@@ -602,15 +648,20 @@ fn take_chan(
     id: ChannelId,
 ) -> Option<Chan> {
     let chan = chans.get_mut(id.0 as usize).and_then(Option::take)?;
-    if let Some(source) = chan.source
-        && let Entry::Occupied(mut n) = per_source.entry(source)
-    {
+    if let Some(source) = chan.source {
+        give_back(per_source, source);
+    }
+    Some(chan)
+}
+
+/// Takes one channel (or waiting client) off `source`'s count.
+fn give_back(per_source: &mut HashMap<IpAddr, u32>, source: IpAddr) {
+    if let Entry::Occupied(mut n) = per_source.entry(source) {
         *n.get_mut() -= 1;
         if *n.get() == 0 {
             n.remove();
         }
     }
-    Some(chan)
 }
 
 /// `ip:port` / `[v6]:port` for the host's `tcp.connect`.
@@ -905,6 +956,9 @@ impl Proxy {
             self.progress_handshakes(now);
             self.progress_connects();
             self.process_events();
+            // Ids freed since (the peer's CLOSE came) go to the clients
+            // waiting for them, before any new client.
+            self.open_waiting(now);
             self.pump_channels(now)?;
             // Drain point: everything ready was handled. Events raised by
             // the pumps or the flush (Writable, Closed) mean another turn.
@@ -971,6 +1025,7 @@ impl Proxy {
                 .into_iter()
                 .chain(self.handshake_deadline())
                 .chain(self.linger_deadlines.front().map(|&(d, _)| d))
+                .chain(self.waiting_opens.front().map(|w| w.deadline))
                 .chain(log_deadline)
                 .min()
             {
@@ -1337,39 +1392,181 @@ impl Proxy {
         let held = source.map_or(0, |s| {
             self.channels_per_source.get(&s).copied().unwrap_or(0)
         });
+        // Clients waiting for a place go first.
+        self.open_waiting(now);
         let opened = if held >= self.max_channels_per_source {
             Err(format!(
                 "its source holds {held} channels, the most one source may (--max-channels-per-source)"
             ))
         } else {
-            self.session.open(dest, now).map_err(|e| e.to_string())
+            let opened = if self.waiting_opens.is_empty() {
+                self.session.open(dest, now)
+            } else {
+                Err(ChannelError::TooManyChannels {
+                    max: self.session.config().max_channels,
+                })
+            };
+            match opened {
+                Err(ChannelError::TooManyChannels { .. })
+                    if source.is_some_and(|s| {
+                        self.waiting_opens.len() < MAX_WAITING_OPENS && self.give_up_for(s, now)
+                    }) =>
+                {
+                    let source = source.expect("checked");
+                    *self.channels_per_source.entry(source).or_insert(0) += 1;
+                    self.waiting_opens.push_back(WaitingOpen {
+                        conn,
+                        dest: dest.clone(),
+                        greeting,
+                        pending,
+                        forward,
+                        source,
+                        deadline: now + self.handshake_limits.timeout,
+                    });
+                    return;
+                }
+                opened => opened.map_err(|e| e.to_string()),
+            }
         };
         match opened {
             Ok(id) => {
-                let mut chan = Chan::new(conn, false, greeting, pending);
-                chan.forward = forward;
                 if let Some(s) = source {
-                    chan.source = Some(s);
                     *self.channels_per_source.entry(s).or_insert(0) += 1;
                 }
-                self.insert_chan(id, chan);
+                self.start_chan(id, conn, greeting, pending, forward, source);
             }
-            Err(e) => {
-                self.log_clients.log(Instant::now(), || {
-                    format!("cannot open a channel to {dest}: {e}")
-                });
-                match greeting {
-                    Greeting::Socks => {
-                        conn.write_some(&socks5::reply(Some(ReasonCode::GeneralFailure)))
-                    }
-                    Greeting::HttpConnect => {
-                        conn.write_some(&http::failure_response(ReasonCode::GeneralFailure, &e))
-                    }
-                    // A plain proxy request.
-                    Greeting::None if forward.is_some() => {
-                        conn.write_some(&http::failure_response(ReasonCode::GeneralFailure, &e))
-                    }
-                    Greeting::None => {}
+            Err(e) => self.refuse_open(conn, dest, greeting, forward.is_some(), &e),
+        }
+    }
+
+    /// Makes the channel of a client whose OPEN went (`id`); `source` is
+    /// counted already.
+    fn start_chan(
+        &mut self,
+        id: ChannelId,
+        conn: Conn,
+        greeting: Greeting,
+        pending: Vec<u8>,
+        forward: Option<Forward>,
+        source: Option<IpAddr>,
+    ) {
+        let mut chan = Chan::new(conn, false, greeting, pending);
+        chan.forward = forward;
+        chan.source = source;
+        self.insert_chan(id, chan);
+    }
+
+    /// Tells a client its channel cannot open (`e`: why), in its
+    /// protocol's words (SOCKS5 reply 1, HTTP 502), and drops it.
+    fn refuse_open(
+        &mut self,
+        conn: Conn,
+        dest: &Destination,
+        greeting: Greeting,
+        forwarding: bool,
+        e: &str,
+    ) {
+        self.log_clients.log(Instant::now(), || {
+            format!("cannot open a channel to {dest}: {e}")
+        });
+        match greeting {
+            Greeting::Socks => conn.write_some(&socks5::reply(Some(ReasonCode::GeneralFailure))),
+            Greeting::HttpConnect => {
+                conn.write_some(&http::failure_response(ReasonCode::GeneralFailure, e))
+            }
+            // A plain proxy request.
+            Greeting::None if forwarding => {
+                conn.write_some(&http::failure_response(ReasonCode::GeneralFailure, e))
+            }
+            Greeting::None => {}
+        }
+    }
+
+    /// Every channel is in use and a client from source `s` wants one:
+    /// gives up the channel that has been quiet longest (at least
+    /// [`FAIR_SHARE_QUIET`]; [`Session::quiet_since`]) among those of the
+    /// sources holding at least two more than `s`, the largest source's
+    /// first. Its CLOSE goes to the peer and its socket is dropped; the
+    /// id is free once the peer's CLOSE comes back, for the client waiting.
+    /// Returns whether it gave one up. Without it, as many sources as the
+    /// share's inverse (four at the default) held every channel for as
+    /// long as the idle timeout (an hour) and everyone else was refused;
+    /// now a source can take from the larger ones until the shares are
+    /// even, and a channel moving bytes is never given up. O(channels in
+    /// use), only when every channel is, and while none can be given up
+    /// at most once per [`FAIR_SHARE_RETRY`] for sources as large.
+    fn give_up_for(&mut self, s: IpAddr, now: Instant) -> bool {
+        let held = self.channels_per_source.get(&s).copied().unwrap_or(0);
+        if self
+            .no_quiet_channel
+            .is_some_and(|(until, above)| now < until && held >= above)
+        {
+            return false;
+        }
+        let per_source = &self.channels_per_source;
+        let mut best: Option<(u32, Instant, ChannelId)> = None;
+        for (i, chan) in self.chans.iter().enumerate() {
+            let Some(chan) = chan else { continue };
+            let Some(source) = chan.source else { continue };
+            let count = per_source.get(&source).copied().unwrap_or(0);
+            if count <= held + 1 || chan.lingering.is_some() {
+                continue;
+            }
+            let id = ChannelId(i as u32);
+            let Some(quiet) = self.session.quiet_since(id, now) else {
+                continue;
+            };
+            if now.saturating_duration_since(quiet) < FAIR_SHARE_QUIET {
+                continue;
+            }
+            if best.is_none_or(|(c, q, _)| {
+                (count, std::cmp::Reverse(quiet)) > (c, std::cmp::Reverse(q))
+            }) {
+                best = Some((count, quiet, id));
+            }
+        }
+        let Some((count, quiet, id)) = best else {
+            self.no_quiet_channel = Some((now + FAIR_SHARE_RETRY, held));
+            return false;
+        };
+        let _ = self.session.abort(id);
+        drop(take_chan(
+            &mut self.chans,
+            &mut self.channels_per_source,
+            id,
+        ));
+        let _ = self.session.release(id);
+        self.fair_share_evictions += 1;
+        let n = self.fair_share_evictions;
+        if n.is_power_of_two() {
+            eprintln!(
+                "jmux: {n} channel(s) given up so far for clients of smaller sources (every channel in use; this one quiet {} ms, its source holding {count})",
+                now.saturating_duration_since(quiet).as_millis()
+            );
+        }
+        true
+    }
+
+    /// Opens the channels of waiting clients while the session has ids
+    /// free, oldest first; refuses those whose wait ended.
+    fn open_waiting(&mut self, now: Instant) {
+        while let Some(w) = self.waiting_opens.front() {
+            let opened = if w.deadline <= now {
+                Err("no channel was freed in time for it".to_string())
+            } else {
+                match self.session.open(&w.dest, now) {
+                    Err(ChannelError::TooManyChannels { .. }) => return,
+                    opened => opened.map_err(|e| e.to_string()),
+                }
+            };
+            let w = self.waiting_opens.pop_front().expect("front exists");
+            match opened {
+                Ok(id) => {
+                    self.start_chan(id, w.conn, w.greeting, w.pending, w.forward, Some(w.source))
+                }
+                Err(e) => {
+                    give_back(&mut self.channels_per_source, w.source);
+                    self.refuse_open(w.conn, &w.dest, w.greeting, w.forward.is_some(), &e);
                 }
             }
         }

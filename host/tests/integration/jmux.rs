@@ -2485,19 +2485,7 @@ fn one_source_holds_at_most_its_share_of_the_channels() {
             &format!("--max-channels-per-source={}", CAP / 2),
         ],
     );
-    let socks5_from = |src: [u8; 4]| {
-        let socket =
-            socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
-        socket.bind(&SocketAddr::from((src, 0)).into()).unwrap();
-        socket.connect(&socks.into()).unwrap();
-        let conn: TcpStream = socket.into();
-        let t = match target.ip() {
-            std::net::IpAddr::V4(ip) => ip.octets(),
-            std::net::IpAddr::V6(_) => unreachable!("bound on 127.0.0.1"),
-        };
-        let code = socks5_handshake(conn.try_clone().unwrap(), 1, &t, target.port());
-        (code, conn)
-    };
+    let socks5_from = |src: [u8; 4]| socks5_from(socks, target, src);
     let mut held = Vec::new();
     for i in 0..CAP / 2 {
         let (code, conn) = socks5_from([127, 0, 0, 1]);
@@ -2534,6 +2522,93 @@ fn one_source_holds_at_most_its_share_of_the_channels() {
         );
         std::thread::sleep(Duration::from_millis(50));
     }
+    assert!(pair.is_running(), "{}", pair.describe());
+}
+
+/// A SOCKS5 CONNECT to `target` through the proxy at `socks`, from the
+/// local address `src`: the reply code and the connection.
+fn socks5_from(socks: SocketAddr, target: SocketAddr, src: [u8; 4]) -> (u8, TcpStream) {
+    let socket = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    socket.bind(&SocketAddr::from((src, 0)).into()).unwrap();
+    socket.connect(&socks.into()).unwrap();
+    let conn: TcpStream = socket.into();
+    let t = match target.ip() {
+        std::net::IpAddr::V4(ip) => ip.octets(),
+        std::net::IpAddr::V6(_) => unreachable!("bound on 127.0.0.1"),
+    };
+    let code = socks5_handshake(conn.try_clone().unwrap(), 1, &t, target.port());
+    (code, conn)
+}
+
+/// Within the idle timeout (an hour), as many sources as the share's
+/// inverse held every channel of a JMUX client side, and every client
+/// from another source was refused (the ninth red team's finding, left
+/// open). Now, with every channel in use, a client from a smaller source
+/// takes the place of the channel quiet longest among those of the
+/// largest sources: its socket is closed, and the new client's channel
+/// opens once the peer's CLOSE frees the id. A channel that moved bytes
+/// within the last second keeps its place, and a source cannot take a
+/// place back from one that is no larger than itself plus one.
+#[test]
+fn a_client_of_a_smaller_source_takes_the_place_of_a_quiet_channel() {
+    const CAP: usize = 8;
+    let runner = runner();
+    let echo = PeerRuntime::new().unwrap();
+    let target = echo.echo().unwrap();
+    let (mut pair, socks, _http) = proxy_pair(
+        &runner,
+        &[
+            &format!("--max-channels={CAP}"),
+            &format!("--max-channels-per-source={}", CAP / 2),
+        ],
+    );
+    let open = |src: [u8; 4]| socks5_from(socks, target, src);
+    let echoes = |c: &mut TcpStream| {
+        c.write_all(b"ping").unwrap();
+        let mut pong = [0u8; 4];
+        c.read_exact(&mut pong).unwrap();
+        assert_eq!(&pong, b"ping");
+    };
+    let (a, b) = ([127, 0, 0, 1], [127, 0, 0, 2]);
+    let mut quiet: Vec<TcpStream> = (0..CAP / 2)
+        .map(|i| {
+            let (code, conn) = open(a);
+            assert_eq!(code, 0, "a's channel {i}");
+            conn
+        })
+        .collect();
+    let mut busy: Vec<TcpStream> = (0..CAP / 2)
+        .map(|i| {
+            let (code, conn) = open(b);
+            assert_eq!(code, 0, "b's channel {i}");
+            conn
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(1200));
+    for c in &mut busy {
+        echoes(c);
+    }
+    let (code, mut c) = open([127, 0, 0, 3]);
+    assert_eq!(code, 0, "a client of a third source got no channel");
+    echoes(&mut c);
+    // a's first channel, quiet longest, gave its place up; b's, which
+    // just moved bytes, kept theirs.
+    quiet[0]
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    let mut byte = [0u8; 1];
+    assert!(
+        matches!(quiet[0].read(&mut byte), Ok(0) | Err(_)),
+        "the quiet channel given up was not closed"
+    );
+    for c in &mut busy {
+        echoes(c);
+    }
+    for c in &mut quiet[1..] {
+        echoes(c);
+    }
+    // a (3 channels) cannot take one back from b (4): not two more.
+    assert_eq!(open(a).0, 1, "a took a place back");
     assert!(pair.is_running(), "{}", pair.describe());
 }
 

@@ -136,10 +136,13 @@ pub(crate) struct Channel {
     /// Under an idle or half-close timeout: the deadline of the next idle
     /// check and `moved` when it was set.
     pub idle_check: Option<(Instant, u64)>,
+    /// When `moved` was last seen to change, and its value then
+    /// ([`crate::Session::quiet_since`]); the channel's creation at first.
+    pub quiet: (Instant, u64),
 }
 
 impl Channel {
-    pub fn new(phase: Phase, recv_window: u32) -> Self {
+    pub fn new(phase: Phase, recv_window: u32, now: Instant) -> Self {
         Self {
             phase,
             remote_id: 0,
@@ -161,6 +164,7 @@ impl Channel {
             readable_notified: false,
             moved: 0,
             idle_check: None,
+            quiet: (now, 0),
         }
     }
 

@@ -777,6 +777,7 @@ impl Session {
                 abandoned: false,
             },
             window,
+            now,
         );
         let id = self.alloc(channel).ok_or(ChannelError::TooManyChannels {
             max: self.config.max_channels,
@@ -1377,7 +1378,7 @@ impl Session {
             ));
             return;
         }
-        let mut ch = Channel::new(Phase::Requested, self.new_window());
+        let mut ch = Channel::new(Phase::Requested, self.new_window(), now);
         ch.remote_id = remote_id;
         ch.credit = u64::from(window);
         ch.max_send_payload = (usize::from(max_packet) - DATA_OVERHEAD).min(MAX_DATA_PAYLOAD);
@@ -1680,6 +1681,32 @@ impl Session {
             }
             let _ = self.abort(id);
         }
+    }
+
+    /// Since when channel `id` has moved no payload byte (sent, received
+    /// or consumed), as far as calls to this method can tell: it compares
+    /// the channel's byte count with the one seen at the previous call (at
+    /// first, at the channel's creation), and a change makes the answer
+    /// `now`. So a channel silent since its creation reports its creation,
+    /// and one that moved since the last call reports `now`: it never
+    /// reports a channel quieter than it is, and costs the data path
+    /// nothing. `None` when the channel is not quiet at all: not open
+    /// (its OPEN unanswered, or CLOSE went either way), or held back by
+    /// backpressure (input the driver has not taken, a send waiting for
+    /// the peer's window). For a driver choosing which channel to give up
+    /// for a new one (the JMUX guest's fair share); `None` also for an
+    /// unknown id.
+    pub fn quiet_since(&mut self, id: ChannelId, now: Instant) -> Option<Instant> {
+        let ch = self.get_mut(id)?;
+        if ch.moved != ch.quiet.1 {
+            ch.quiet = (now, ch.moved);
+        }
+        let busy = ch.phase != Phase::Open
+            || ch.close_sent
+            || ch.close_received
+            || !ch.rx.is_empty()
+            || ch.want_writable;
+        (!busy).then_some(ch.quiet.0)
     }
 
     /// A channel whose CLOSE arrived from the peer since the last call

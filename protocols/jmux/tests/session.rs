@@ -2341,3 +2341,35 @@ fn idle_open_channels_are_closed_after_the_idle_timeout() {
     assert_eq!(h.s.stats().idle_timeouts, 1);
     assert!(h.s.channel(quiet).is_some_and(|c| c.close_sent));
 }
+
+/// `quiet_since` tells a channel silent since its creation from one that
+/// moved bytes since the last look, never reports a channel quieter than
+/// it is, and reports no time at all for a channel that is not quiet: its
+/// OPEN unanswered, input not taken, CLOSE sent.
+#[test]
+fn quiet_since_tells_silent_channels_from_busy_ones() {
+    let mut h = Harness::new(Config::default());
+    let created = h.now;
+    let [silent, busy] = open_two(&mut h);
+    let waiting = h.s.open(&Destination::tcp("slow", 1), h.now).unwrap();
+    h.now += Duration::from_secs(5);
+    let now = h.now;
+    assert_eq!(h.s.quiet_since(silent, now), Some(created));
+    assert_eq!(h.s.quiet_since(waiting, now), None, "OPEN not answered");
+    h.feed(&[data(busy.0, b"tick")]).unwrap();
+    assert_eq!(h.s.quiet_since(busy, now), None, "input not taken");
+    let mut buf = [0; 8];
+    h.s.recv(busy, &mut buf).unwrap();
+    assert_eq!(
+        h.s.quiet_since(busy, now),
+        Some(now),
+        "moved since the last look"
+    );
+    h.now += Duration::from_secs(5);
+    let later = h.now;
+    assert_eq!(h.s.quiet_since(busy, later), Some(now), "silent since");
+    assert_eq!(h.s.quiet_since(silent, later), Some(created));
+    h.s.abort(silent).unwrap();
+    assert_eq!(h.s.quiet_since(silent, later), None, "CLOSE sent");
+    assert_eq!(h.s.quiet_since(ChannelId(999), later), None, "unknown id");
+}

@@ -194,6 +194,9 @@ pub struct ProxyArgs {
 /// it one client address that opens channels to targets that never close
 /// took every channel of the session, and every other client was refused
 /// (the red team of 2026-12-03, eighth round). Peer OPENs do not count.
+/// When every channel is in use, the guest gives a quiet channel of the
+/// largest sources up for a client of a smaller one (its fair share), so
+/// that a few sources at their share do not shut the others out.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ChannelsPerSource {
     /// The bound; `--max-channels-per-source`, default a quarter of
