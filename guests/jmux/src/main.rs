@@ -320,12 +320,7 @@ enum Cut {
 /// until their deadline and shut everyone else out (a slowloris).
 const EVICT_AFTER: Duration = Duration::from_secs(1);
 
-/// How long a channel must have moved no byte before a new client from a
-/// smaller source may take its place ([`Proxy::give_up_for`]): the
-/// handshake places' grace ([`EVICT_AFTER`]).
-const FAIR_SHARE_QUIET: Duration = EVICT_AFTER;
-
-/// After a look for a quiet channel to give up found none, how long
+/// After a look for a channel to give up found none, how long
 /// clients finding every channel in use are refused without another look
 /// (50 ms): a look costs O(channels), and clients arriving faster than
 /// this cannot make the guest pay it for each.
@@ -1483,18 +1478,24 @@ impl Proxy {
     }
 
     /// Every channel is in use and a client from source `s` wants one:
-    /// gives up the channel that has been quiet longest (at least
-    /// [`FAIR_SHARE_QUIET`]; [`Session::quiet_since`]) among those of the
-    /// sources holding at least two more than `s`, the largest source's
-    /// first. Its CLOSE goes to the peer and its socket is dropped; the
-    /// id is free once the peer's CLOSE comes back, for the client waiting.
+    /// gives up the open channel that has been quiet longest
+    /// ([`Session::quiet_since`]: one moving bytes or held back by
+    /// backpressure counts as active now) among those of the sources
+    /// holding at least two more than `s`, the largest source's first.
+    /// Its CLOSE goes to the peer and its socket is dropped; the id is
+    /// free once the peer's CLOSE comes back, for the client waiting.
     /// Returns whether it gave one up. Without it, as many sources as the
     /// share's inverse (four at the default) held every channel for as
-    /// long as the idle timeout (an hour) and everyone else was refused;
-    /// now a source can take from the larger ones until the shares are
-    /// even, and a channel moving bytes is never given up. O(channels in
-    /// use), only when every channel is, and while none can be given up
-    /// at most once per [`FAIR_SHARE_RETRY`] for sources as large.
+    /// long as the idle timeout (an hour) and everyone else was refused.
+    /// Activity does not protect a channel: a first version gave up only
+    /// channels quiet for 1 s, and an attacker sending a byte every 0.9 s
+    /// on each kept them all (the red team of 2026-12-04, third round).
+    /// Now a source can take from the larger ones until the shares are
+    /// even, its most active channels last. Channels whose OPEN is not
+    /// answered yet are not taken (their id stays until the answer).
+    /// O(channels in use), only when every channel is, and while none
+    /// can be given up at most once per [`FAIR_SHARE_RETRY`] for sources
+    /// as large.
     fn give_up_for(&mut self, s: IpAddr, now: Instant) -> bool {
         let held = self.channels_per_source.get(&s).copied().unwrap_or(0);
         if self
@@ -1516,9 +1517,6 @@ impl Proxy {
             let Some(quiet) = self.session.quiet_since(id, now) else {
                 continue;
             };
-            if now.saturating_duration_since(quiet) < FAIR_SHARE_QUIET {
-                continue;
-            }
             if best.is_none_or(|(c, q, _)| {
                 (count, std::cmp::Reverse(quiet)) > (c, std::cmp::Reverse(q))
             }) {

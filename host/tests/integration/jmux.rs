@@ -2546,9 +2546,11 @@ fn socks5_from(socks: SocketAddr, target: SocketAddr, src: [u8; 4]) -> (u8, TcpS
 /// open). Now, with every channel in use, a client from a smaller source
 /// takes the place of the channel quiet longest among those of the
 /// largest sources: its socket is closed, and the new client's channel
-/// opens once the peer's CLOSE frees the id. A channel that moved bytes
-/// within the last second keeps its place, and a source cannot take a
-/// place back from one that is no larger than itself plus one.
+/// opens once the peer's CLOSE frees the id. Channels that moved bytes
+/// last go last, but activity does not protect a channel of a larger
+/// source (a first version took only channels quiet for 1 s, and the
+/// red team kept every channel with a byte every 0.9 s); a source cannot
+/// take a place back from one no larger than itself plus one.
 #[test]
 fn a_client_of_a_smaller_source_takes_the_place_of_a_quiet_channel() {
     const CAP: usize = 8;
@@ -2569,6 +2571,21 @@ fn a_client_of_a_smaller_source_takes_the_place_of_a_quiet_channel() {
         c.read_exact(&mut pong).unwrap();
         assert_eq!(&pong, b"ping");
     };
+    // Whether the proxy closed `c` (EOF or reset) within `wait`.
+    let closed = |mut c: &TcpStream, wait: Duration| {
+        c.set_read_timeout(Some(wait)).unwrap();
+        let mut byte = [0u8; 1];
+        let gone = match c.read(&mut byte) {
+            Ok(0) => true,
+            Ok(_) => false,
+            Err(e) => !matches!(
+                e.kind(),
+                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+            ),
+        };
+        c.set_read_timeout(Some(Duration::from_secs(15))).unwrap();
+        gone
+    };
     let (a, b) = ([127, 0, 0, 1], [127, 0, 0, 2]);
     let mut quiet: Vec<TcpStream> = (0..CAP / 2)
         .map(|i| {
@@ -2584,7 +2601,7 @@ fn a_client_of_a_smaller_source_takes_the_place_of_a_quiet_channel() {
             conn
         })
         .collect();
-    std::thread::sleep(Duration::from_millis(1200));
+    std::thread::sleep(Duration::from_millis(200));
     for c in &mut busy {
         echoes(c);
     }
@@ -2593,21 +2610,32 @@ fn a_client_of_a_smaller_source_takes_the_place_of_a_quiet_channel() {
     echoes(&mut c);
     // a's first channel, quiet longest, gave its place up; b's, which
     // just moved bytes, kept theirs.
-    quiet[0]
-        .set_read_timeout(Some(Duration::from_secs(5)))
-        .unwrap();
-    let mut byte = [0u8; 1];
     assert!(
-        matches!(quiet[0].read(&mut byte), Ok(0) | Err(_)),
+        closed(&quiet[0], Duration::from_secs(5)),
         "the quiet channel given up was not closed"
     );
-    for c in &mut busy {
-        echoes(c);
+    // Every channel moves bytes now: a fourth source still gets one, from
+    // the largest source (b, 4 against a's 3).
+    for conn in busy.iter_mut().chain(&mut quiet[1..]).chain([&mut c]) {
+        echoes(conn);
     }
-    for c in &mut quiet[1..] {
-        echoes(c);
+    let (code, mut d) = open([127, 0, 0, 4]);
+    assert_eq!(
+        code, 0,
+        "a client of a fourth source got no channel from busy ones"
+    );
+    echoes(&mut d);
+    assert_eq!(
+        busy.iter()
+            .filter(|conn| closed(conn, Duration::from_secs(1)))
+            .count(),
+        1,
+        "one of b's channels gave its place up"
+    );
+    for conn in &mut quiet[1..] {
+        echoes(conn);
     }
-    // a (3 channels) cannot take one back from b (4): not two more.
+    // a (3 channels) cannot take one back from b (3 now) or anyone.
     assert_eq!(open(a).0, 1, "a took a place back");
     assert!(pair.is_running(), "{}", pair.describe());
 }

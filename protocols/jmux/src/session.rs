@@ -1690,23 +1690,23 @@ impl Session {
     /// `now`. So a channel silent since its creation reports its creation,
     /// and one that moved since the last call reports `now`: it never
     /// reports a channel quieter than it is, and costs the data path
-    /// nothing. `None` when the channel is not quiet at all: not open
-    /// (its OPEN unanswered, or CLOSE went either way), or held back by
-    /// backpressure (input the driver has not taken, a send waiting for
-    /// the peer's window). For a driver choosing which channel to give up
-    /// for a new one (the JMUX guest's fair share); `None` also for an
-    /// unknown id.
+    /// nothing. A channel held back by backpressure (input the driver has
+    /// not taken, a send waiting for the peer's window) is moving: `now`.
+    /// `None` when the channel is not open (its OPEN unanswered, or CLOSE
+    /// went either way) or the id is unknown. For a driver choosing which
+    /// channel to give up for a new one (the JMUX guest's fair share).
     pub fn quiet_since(&mut self, id: ChannelId, now: Instant) -> Option<Instant> {
         let ch = self.get_mut(id)?;
         if ch.moved != ch.quiet.1 {
             ch.quiet = (now, ch.moved);
         }
-        let busy = ch.phase != Phase::Open
-            || ch.close_sent
-            || ch.close_received
-            || !ch.rx.is_empty()
-            || ch.want_writable;
-        (!busy).then_some(ch.quiet.0)
+        if ch.phase != Phase::Open || ch.close_sent || ch.close_received {
+            return None;
+        }
+        if !ch.rx.is_empty() || ch.want_writable {
+            return Some(now);
+        }
+        Some(ch.quiet.0)
     }
 
     /// A channel whose CLOSE arrived from the peer since the last call
