@@ -25,7 +25,7 @@ use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex};
 
-use crate::places::source_of;
+use crate::places::{count_down, source_of};
 
 /// The places every source holds, shared by the listeners of one host.
 #[derive(Debug)]
@@ -101,12 +101,7 @@ impl BySource {
 impl Drop for SourcePlace {
     fn drop(&mut self) {
         let mut held = self.counts.held.lock().unwrap_or_else(|e| e.into_inner());
-        if let std::collections::hash_map::Entry::Occupied(mut n) = held.entry(self.source) {
-            *n.get_mut() -= 1;
-            if *n.get() == 0 {
-                n.remove();
-            }
-        }
+        count_down(&mut held, self.source);
     }
 }
 

@@ -94,6 +94,17 @@ pub(crate) fn source_of(peer: SocketAddr) -> IpAddr {
     }
 }
 
+/// Takes one off `source`'s count in `held`, and the entry out at 0 (so
+/// the map holds only the sources holding something).
+pub(crate) fn count_down(held: &mut HashMap<IpAddr, usize>, source: IpAddr) {
+    if let std::collections::hash_map::Entry::Occupied(mut n) = held.entry(source) {
+        *n.get_mut() -= 1;
+        if *n.get() == 0 {
+            n.remove();
+        }
+    }
+}
+
 /// What [`Places::make_room`] found for a new connection.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) enum Room {
@@ -162,15 +173,8 @@ impl Places {
 
     /// Takes a handshake's place off its source's count (once).
     fn give_up(&mut self, id: tokio::task::Id) {
-        let Some(source) = self.source_of_task.remove(&id) else {
-            return;
-        };
-        if let std::collections::hash_map::Entry::Occupied(mut held) = self.per_source.entry(source)
-        {
-            *held.get_mut() -= 1;
-            if *held.get() == 0 {
-                held.remove();
-            }
+        if let Some(source) = self.source_of_task.remove(&id) {
+            count_down(&mut self.per_source, source);
         }
     }
 

@@ -193,7 +193,7 @@ fn run(args: ProxyArgs, poll_all: bool) -> Result<(), String> {
         loopback_capped: args.channels_per_source.loopback_too,
         waiting_opens: VecDeque::new(),
         fair_share_evictions: 0,
-        no_quiet_channel: None,
+        nothing_to_give_up: None,
         linger_deadlines: VecDeque::new(),
         handshakes_cut: [0, 0, 0, 0],
         connects: Vec::new(),
@@ -589,11 +589,11 @@ struct Proxy {
     /// Channels given up for clients of smaller sources (logged at powers
     /// of two).
     fair_share_evictions: u64,
-    /// A look for a quiet channel to give up for a source holding this
-    /// many found none: until then ([`FAIR_SHARE_RETRY`]) a source holding
-    /// as many or more gets no other look (it would find none either
-    /// unless a channel went quiet meanwhile); a smaller one does.
-    no_quiet_channel: Option<(Instant, u32)>,
+    /// A look for a channel to give up for a source holding this many
+    /// found none: until then ([`FAIR_SHARE_RETRY`]) a source holding as
+    /// many or more gets no other look (it would find none either unless
+    /// the channels changed meanwhile); a smaller one does.
+    nothing_to_give_up: Option<(Instant, u32)>,
     /// (deadline, channel) of the channels that began to linger, oldest
     /// first (one timeout for all). Entries of channels released earlier
     /// stay until they reach the front or the queue is compacted.
@@ -1499,7 +1499,7 @@ impl Proxy {
     fn give_up_for(&mut self, s: IpAddr, now: Instant) -> bool {
         let held = self.channels_per_source.get(&s).copied().unwrap_or(0);
         if self
-            .no_quiet_channel
+            .nothing_to_give_up
             .is_some_and(|(until, above)| now < until && held >= above)
         {
             return false;
@@ -1524,7 +1524,7 @@ impl Proxy {
             }
         }
         let Some((count, quiet, id)) = best else {
-            self.no_quiet_channel = Some((now + FAIR_SHARE_RETRY, held));
+            self.nothing_to_give_up = Some((now + FAIR_SHARE_RETRY, held));
             return false;
         };
         let _ = self.session.abort(id);
