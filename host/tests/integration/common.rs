@@ -431,9 +431,18 @@ impl PythonServer {
     }
 }
 
-/// TCP_NODELAY of every TCP socket of this process whose peer or local
-/// address is `addr`, read back from the kernel with getsockopt.
+/// TCP_NODELAY of every TCP socket of this process whose peer address is
+/// `addr`, read back from the kernel with getsockopt.
 pub fn nodelay_of_sockets_at(addr: SocketAddr) -> Vec<bool> {
+    nodelay_of_sockets_between(addr, None)
+}
+
+/// [`nodelay_of_sockets_at`], only the sockets whose own address is
+/// `local` when given: tests run in parallel in this process, and a
+/// client port may be another test's client port too (Linux shares an
+/// ephemeral port across destinations), so a peer address alone can
+/// match a socket of another test.
+pub fn nodelay_of_sockets_between(addr: SocketAddr, local: Option<SocketAddr>) -> Vec<bool> {
     use std::os::fd::BorrowedFd;
     let mut found = Vec::new();
     for entry in std::fs::read_dir("/proc/self/fd").unwrap().flatten() {
@@ -450,7 +459,8 @@ pub fn nodelay_of_sockets_at(addr: SocketAddr) -> Vec<bool> {
         // just listed); we only read socket options.
         let fd = unsafe { BorrowedFd::borrow_raw(fd) };
         let sock = socket2::SockRef::from(&fd);
-        let matches = sock.peer_addr().ok().and_then(|a| a.as_socket()) == Some(addr);
+        let matches = sock.peer_addr().ok().and_then(|a| a.as_socket()) == Some(addr)
+            && local.is_none_or(|l| sock.local_addr().ok().and_then(|a| a.as_socket()) == Some(l));
         if matches && let Ok(nodelay) = sock.tcp_nodelay() {
             found.push(nodelay);
         }

@@ -270,7 +270,7 @@ async fn every_host_socket_has_tcp_nodelay() {
         };
         ws.send(Message::Text("x".into())).await.unwrap();
         ws.next().await.unwrap().unwrap();
-        let flags = nodelay_of_sockets_at(local);
+        let flags = nodelay_of_sockets_between(local, Some(listen.parse().unwrap()));
         ws.close(None).await.unwrap();
         flags
     };
