@@ -58,6 +58,7 @@ use tether_jmux::proxy::rules::TargetFilter;
 use tether_jmux::proxy::{http, socks5};
 use tether_jmux::{
     ChannelError, ChannelId, Destination, DestinationError, Event, ReasonCode, Session,
+    TOO_MANY_CHANNELS,
 };
 
 use log_budget::LogBudget;
@@ -193,7 +194,10 @@ fn run(args: ProxyArgs, poll_all: bool) -> Result<(), String> {
         loopback_capped: args.channels_per_source.loopback_too,
         waiting_opens: VecDeque::new(),
         fair_share_evictions: 0,
+        far_side_refusals: 0,
         nothing_to_give_up: None,
+        far_side_full_until: None,
+        retried_opens: Vec::new(),
         linger_deadlines: VecDeque::new(),
         handshakes_cut: [0, 0, 0, 0],
         connects: Vec::new(),
@@ -331,8 +335,17 @@ const FAIR_SHARE_RETRY: Duration = Duration::from_millis(50);
 /// use is refused as before.
 const MAX_WAITING_OPENS: usize = 64;
 
-/// A listener client whose channel waits for the place of a channel given
-/// up for it: the session frees that id once the peer's CLOSE comes back.
+/// After the peer refused an OPEN because every one of its channels was in
+/// use ([`TOO_MANY_CHANNELS`]), how long the clients waiting for a place
+/// wait before their OPENs go again (100 ms). The peer may keep a closed
+/// channel's id for its linger (5 s, [`LINGER_TIMEOUT`]) when its target
+/// never answers FIN, and says nothing when it frees it.
+const FAR_SIDE_FULL_RETRY: Duration = Duration::from_millis(100);
+
+/// A listener client whose channel waits for a place: for the id of a
+/// channel given up for it (the session frees it once the peer's CLOSE
+/// comes back), or for the peer to have room again after it refused the
+/// client's OPEN as one too many.
 struct WaitingOpen {
     conn: Conn,
     dest: Destination,
@@ -344,6 +357,18 @@ struct WaitingOpen {
     /// Refused if no place came by then (the proxy handshake timeout
     /// after it began to wait).
     deadline: Instant,
+    /// The peer refused its OPEN as one too many before.
+    refused_before: bool,
+}
+
+/// What a counted client's channel needs to wait again for a place if the
+/// peer refuses its OPEN as one too many ([`TOO_MANY_CHANNELS`]); dropped
+/// once the channel opens.
+struct OpenRetry {
+    dest: Destination,
+    /// As [`WaitingOpen::deadline`].
+    deadline: Instant,
+    refused_before: bool,
 }
 
 /// What the client must hear once its channel opens.
@@ -415,6 +440,9 @@ struct Chan {
     /// [`Proxy::channels_per_source`]; `None` for a peer's OPEN and an
     /// uncapped loopback client.
     source: Option<IpAddr>,
+    /// A counted client's OPEN not answered yet: what it needs to wait
+    /// again if the peer refuses it as one too many.
+    retry: Option<Box<OpenRetry>>,
 }
 
 /// The client side of a plain HTTP proxy request: its gate, and bytes
@@ -473,6 +501,7 @@ impl Chan {
             dirty: false,
             watch_read: false,
             watch_write: false,
+            retry: None,
             forward: None,
             source: None,
         }
@@ -589,11 +618,22 @@ struct Proxy {
     /// Channels given up for clients of smaller sources (logged at powers
     /// of two).
     fair_share_evictions: u64,
+    /// OPENs the peer refused as one too many whose clients waited again
+    /// (logged at powers of two).
+    far_side_refusals: u64,
     /// A look for a channel to give up for a source holding this many
     /// found none: until then ([`FAIR_SHARE_RETRY`]) a source holding as
     /// many or more gets no other look (it would find none either unless
     /// the channels changed meanwhile); a smaller one does.
     nothing_to_give_up: Option<(Instant, u32)>,
+    /// The peer refused an OPEN as one too many: waiting clients' OPENs go
+    /// again at this time ([`FAR_SIDE_FULL_RETRY`]), not before.
+    far_side_full_until: Option<Instant>,
+    /// Channels of clients whose OPEN the peer refused as one too many
+    /// before and whose OPEN went again: while one is unanswered, new
+    /// clients wait behind it as behind [`Proxy::waiting_opens`]. Entries
+    /// of channels answered or gone since are dropped on the next look.
+    retried_opens: Vec<ChannelId>,
     /// (deadline, channel) of the channels that began to linger, oldest
     /// first (one timeout for all). Entries of channels released earlier
     /// stay until they reach the front or the queue is compacted.
@@ -1021,6 +1061,10 @@ impl Proxy {
                 .chain(self.handshake_deadline())
                 .chain(self.linger_deadlines.front().map(|&(d, _)| d))
                 .chain(self.waiting_opens.front().map(|w| w.deadline))
+                .chain(
+                    self.far_side_full_until
+                        .filter(|_| !self.waiting_opens.is_empty()),
+                )
                 .chain(log_deadline)
                 .min()
             {
@@ -1112,6 +1156,7 @@ impl Proxy {
                     let _ = self.session.hold(id);
                     if let Some(chan) = self.chan(id) {
                         chan.opened = true;
+                        chan.retry = None;
                         chan.readable = true;
                         match chan.greeting {
                             Greeting::Socks => chan.out.extend_from_slice(&socks5::reply(None)),
@@ -1128,6 +1173,9 @@ impl Proxy {
                 } => {
                     let Some(chan) = take_chan(&mut self.chans, &mut self.channels_per_source, id)
                     else {
+                        continue;
+                    };
+                    let Some(chan) = self.wait_again(id, chan, reason, &description) else {
                         continue;
                     };
                     self.log_refused.log(Instant::now(), || {
@@ -1394,7 +1442,7 @@ impl Proxy {
                 "its source holds {held} channels, the most one source may (--max-channels-per-source)"
             ))
         } else {
-            let opened = if self.waiting_opens.is_empty() {
+            let opened = if self.waiting_opens.is_empty() && !self.retried_open_in_flight() {
                 self.session.open(dest, now)
             } else {
                 Err(ChannelError::TooManyChannels {
@@ -1417,6 +1465,7 @@ impl Proxy {
                         forward,
                         source,
                         deadline: now + self.handshake_limits.timeout,
+                        refused_before: false,
                     });
                     return;
                 }
@@ -1428,14 +1477,22 @@ impl Proxy {
                 if let Some(s) = source {
                     *self.channels_per_source.entry(s).or_insert(0) += 1;
                 }
-                self.start_chan(id, conn, greeting, pending, forward, source);
+                let retry = source.map(|_| {
+                    Box::new(OpenRetry {
+                        dest: dest.clone(),
+                        deadline: now + self.handshake_limits.timeout,
+                        refused_before: false,
+                    })
+                });
+                self.start_chan(id, conn, greeting, pending, forward, source, retry);
             }
             Err(e) => self.refuse_open(conn, dest, greeting, forward.is_some(), &e),
         }
     }
 
     /// Makes the channel of a client whose OPEN went (`id`); `source` is
-    /// counted already.
+    /// counted already; `retry` for a counted client.
+    #[allow(clippy::too_many_arguments)]
     fn start_chan(
         &mut self,
         id: ChannelId,
@@ -1444,11 +1501,92 @@ impl Proxy {
         pending: Vec<u8>,
         forward: Option<Forward>,
         source: Option<IpAddr>,
+        retry: Option<Box<OpenRetry>>,
     ) {
         let mut chan = Chan::new(conn, false, greeting, pending);
         chan.forward = forward;
         chan.source = source;
+        if retry.as_ref().is_some_and(|r| r.refused_before) {
+            self.retried_opens.push(id);
+        }
+        chan.retry = retry;
         self.insert_chan(id, chan);
+    }
+
+    /// The peer refused channel `id`'s OPEN (`reason`, `description`),
+    /// and `chan` is off the books. If the peer had every channel in use
+    /// ([`TOO_MANY_CHANNELS`]) and the client is counted, has time left
+    /// and a waiting place is free, the client waits again for a place,
+    /// in deadline order, and its OPEN goes again after
+    /// [`FAR_SIDE_FULL_RETRY`]; new clients wait behind it (returns
+    /// `None`). Otherwise returns `chan`, to be refused.
+    ///
+    /// Without it a place given up for a client was lost to whoever
+    /// opened first once the peer freed it: the peer keeps a closed
+    /// channel's id for its linger when the target never answers FIN, and
+    /// an attacker retrying every 50 ms took each freed place back (the
+    /// red team of 2026-12-04, third round, finding 3: legitimate client
+    /// 0/20 in each of 8 rounds).
+    fn wait_again(
+        &mut self,
+        id: ChannelId,
+        mut chan: Chan,
+        reason: ReasonCode,
+        description: &str,
+    ) -> Option<Chan> {
+        let now = Instant::now();
+        let waits = reason == ReasonCode::GeneralFailure
+            && description == TOO_MANY_CHANNELS
+            && self.waiting_opens.len() < MAX_WAITING_OPENS
+            && chan.retry.as_ref().is_some_and(|r| r.deadline > now);
+        let (Some(source), true) = (chan.source, waits) else {
+            return Some(chan);
+        };
+        let retry = chan.retry.take().expect("checked");
+        *self.channels_per_source.entry(source).or_insert(0) += 1;
+        let at = self
+            .waiting_opens
+            .partition_point(|w| w.deadline <= retry.deadline);
+        let pending = chan.pending.split_off(chan.pending_off);
+        self.waiting_opens.insert(
+            at,
+            WaitingOpen {
+                conn: chan.conn,
+                dest: retry.dest,
+                greeting: chan.greeting,
+                pending,
+                forward: chan.forward,
+                source,
+                deadline: retry.deadline,
+                refused_before: true,
+            },
+        );
+        let retry_at = now + FAR_SIDE_FULL_RETRY;
+        if self.far_side_full_until.is_none_or(|t| t < retry_at) {
+            self.far_side_full_until = Some(retry_at);
+        }
+        self.far_side_refusals += 1;
+        let n = self.far_side_refusals;
+        if n.is_power_of_two() {
+            eprintln!(
+                "jmux: {n} OPEN(s) refused so far by a peer with every channel in use ({id} the last): their clients wait for a place, at most {} ms (--proxy-handshake-timeout-ms)",
+                self.handshake_limits.timeout.as_millis()
+            );
+        }
+        None
+    }
+
+    /// Whether a client whose OPEN the peer refused as one too many before
+    /// has its OPEN on the way again, unanswered.
+    fn retried_open_in_flight(&mut self) -> bool {
+        let chans = &self.chans;
+        self.retried_opens.retain(|id| {
+            chans
+                .get(id.0 as usize)
+                .and_then(Option::as_ref)
+                .is_some_and(|c| c.retry.as_ref().is_some_and(|r| r.refused_before))
+        });
+        !self.retried_opens.is_empty()
     }
 
     /// Tells a client its channel cannot open (`e`: why), in its
@@ -1551,6 +1689,8 @@ impl Proxy {
         while let Some(w) = self.waiting_opens.front() {
             let opened = if w.deadline <= now {
                 Err("no channel was freed in time for it".to_string())
+            } else if self.far_side_full_until.is_some_and(|t| now < t) {
+                return;
             } else {
                 match self.session.open(&w.dest, now) {
                     Err(ChannelError::TooManyChannels { .. }) => return,
@@ -1560,7 +1700,20 @@ impl Proxy {
             let w = self.waiting_opens.pop_front().expect("front exists");
             match opened {
                 Ok(id) => {
-                    self.start_chan(id, w.conn, w.greeting, w.pending, w.forward, Some(w.source))
+                    let retry = Box::new(OpenRetry {
+                        dest: w.dest,
+                        deadline: w.deadline,
+                        refused_before: w.refused_before,
+                    });
+                    self.start_chan(
+                        id,
+                        w.conn,
+                        w.greeting,
+                        w.pending,
+                        w.forward,
+                        Some(w.source),
+                        Some(retry),
+                    );
                 }
                 Err(e) => {
                     give_back(&mut self.channels_per_source, w.source);

@@ -2640,6 +2640,103 @@ fn a_client_of_a_smaller_source_takes_the_place_of_a_quiet_channel() {
     assert!(pair.is_running(), "{}", pair.describe());
 }
 
+/// The red team of 2026-12-04, third round, finding 3: the far side
+/// keeps a closed channel's id for its linger (5 s) while its target
+/// never answers FIN, and refused, as one too many, the OPEN of the client
+/// a place was given up for; that client was refused, and once the far
+/// side freed the place, an attacker source retrying every 50 ms took it
+/// back (legitimate client 0/20 in each of 8 rounds). Now a counted client
+/// whose OPEN the far side refuses as one too many waits again for its
+/// place (its OPEN goes again every 100 ms, within the handshake timeout),
+/// and new clients wait behind it: the attacker's retries are refused,
+/// and the place goes to the client it was given up for.
+#[test]
+fn a_client_refused_by_a_full_far_side_keeps_the_place_given_up_for_it() {
+    use std::net::TcpListener;
+    const CAP: usize = 8;
+    let runner = runner();
+    let echo = PeerRuntime::new().unwrap();
+    let target = echo.echo().unwrap();
+    // Accepts and holds every connection, never closing one: the far
+    // side lingers on each channel closed towards it.
+    let silent = TcpListener::bind(local(0)).unwrap();
+    let silent_addr = silent.local_addr().unwrap();
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for conn in silent.incoming().take(64) {
+            held.push(conn);
+        }
+        std::thread::sleep(Duration::from_secs(60));
+    });
+    let ports = [free_port().unwrap(), free_port().unwrap()];
+    let listeners = [
+        format!("socks5-listen://127.0.0.1:{}", ports[0]),
+        format!("http-listen://127.0.0.1:{}", ports[1]),
+        format!("--max-channels={CAP}"),
+        format!("--max-channels-per-source={}", CAP / 2),
+    ];
+    let server_args = ["--allow-all".to_string(), format!("--max-channels={CAP}")];
+    let mut pair = Pair::start(
+        &guest(&runner),
+        &guest(&runner),
+        &listeners,
+        &ports,
+        &server_args,
+    )
+    .unwrap_or_else(|e| panic!("{e:#}"));
+    let socks = local(ports[0]);
+    let (a, b) = ([127, 0, 0, 1], [127, 0, 0, 2]);
+    let mut held: Vec<TcpStream> = Vec::new();
+    for src in [a, b] {
+        for i in 0..CAP / 2 {
+            let (code, conn) = socks5_from(socks, silent_addr, src);
+            assert_eq!(code, 0, "{src:?}'s channel {i}");
+            held.push(conn);
+        }
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    // The legitimate client: a channel of a's is given up for it, and the
+    // far side lingers on that channel for 5 s.
+    let legit = std::thread::spawn(move || {
+        let started = Instant::now();
+        let (code, mut conn) = socks5_from(socks, target, [127, 0, 0, 3]);
+        let waited = started.elapsed();
+        if code == 0 {
+            conn.write_all(b"ping").unwrap();
+            let mut pong = [0u8; 4];
+            conn.read_exact(&mut pong).unwrap();
+            assert_eq!(&pong, b"ping");
+        }
+        (code, waited, conn)
+    });
+    // The attacker retries from a every 50 ms meanwhile, and 1 s after.
+    let mut retaken = 0;
+    let mut tries = 0;
+    let mut after = None;
+    while after.is_none_or(|t: Instant| t.elapsed() < Duration::from_secs(1)) {
+        std::thread::sleep(Duration::from_millis(50));
+        let (code, conn) = socks5_from(socks, silent_addr, a);
+        tries += 1;
+        if code == 0 {
+            retaken += 1;
+            held.push(conn);
+        }
+        if after.is_none() && legit.is_finished() {
+            after = Some(Instant::now());
+        }
+    }
+    let (code, waited, _conn) = legit.join().unwrap();
+    assert_eq!(
+        code, 0,
+        "the client a place was given up for was refused after {waited:?} ({retaken} of the attacker's {tries} tries got a channel)"
+    );
+    assert_eq!(
+        retaken, 0,
+        "the attacker took {retaken} places back in {tries} tries (the legitimate client waited {waited:?})"
+    );
+    assert!(pair.is_running(), "{}", pair.describe());
+}
+
 /// The red team of 2026-12-04: at the half-close timeout the guest sent
 /// CLOSE but kept the target's socket until the peer's CLOSE came, and a
 /// peer that sends EOF and never CLOSE kept it for ever (16 of 16 target

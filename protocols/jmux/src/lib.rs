@@ -70,4 +70,5 @@ pub use codec::{
 pub use sender::{FlushReason, PushError, Sender, SenderConfig};
 pub use session::{
     ChannelError, Config, ConfigError, DropReason, Event, MIN_WINDOW, Session, SessionError, Stats,
+    TOO_MANY_CHANNELS,
 };

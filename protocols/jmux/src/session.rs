@@ -1397,7 +1397,7 @@ impl Session {
                 self.queue(open_failure(
                     remote_id,
                     ReasonCode::GeneralFailure,
-                    "too many channels",
+                    TOO_MANY_CHANNELS,
                 ));
             }
         }
@@ -1853,6 +1853,14 @@ fn reserve_within_window(rx: &mut BytesMut, allocated: &mut usize, len: usize, w
     *rx = grown;
     *allocated = rx.capacity();
 }
+
+/// The description of the OPEN FAILURE (reason 1, general failure) a
+/// session sends for an OPEN that finds every one of its
+/// [`Config::max_channels`] ids in use (its peer's channels count until
+/// their CLOSE went both ways, a lingering one included). The JMUX spec has
+/// no reason code for it; a Tether peer that sees this description knows
+/// the OPEN may succeed later, once a channel closes.
+pub const TOO_MANY_CHANNELS: &str = "too many channels";
 
 /// Builds an OPEN FAILURE whose description is cut (at a character boundary)
 /// to fit one message.
