@@ -143,6 +143,13 @@ pub struct HostArgs {
     /// given, loopback clients count too (1 to 1048576).
     #[arg(long, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=1 << 20))]
     pub max_connections_per_source: Option<usize>,
+    /// Accepted connections (WebSocket and TCP, upgraded or not, loopback
+    /// included) the host holds at once over every listener; past it new
+    /// connections are closed at once (WebSocket: 503). Default: three
+    /// quarters of the file descriptor limit, which `tether` raises to
+    /// its hard limit at start (1 to 16777216).
+    #[arg(long, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=1 << 24))]
+    pub max_connections: Option<usize>,
     /// Name lookups in flight at once over every guest (each holds a
     /// thread until the resolver answers; 1 to 65536).
     #[arg(long, default_value_t = Limits::default().max_dns_lookups, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=1 << 16))]
@@ -261,6 +268,9 @@ impl HostArgs {
                     .max_connections_per_source
                     .unwrap_or(Limits::default().max_connections_per_source),
                 count_loopback_connections: self.max_connections_per_source.is_some(),
+                max_connections: self
+                    .max_connections
+                    .unwrap_or(Limits::default().max_connections),
                 max_dns_lookups: self.max_dns_lookups,
                 max_dns_lookups_per_guest: self.max_dns_lookups_per_guest,
                 connect_timeout: Duration::from_millis(self.connect_timeout_ms),
@@ -342,11 +352,17 @@ fn log_filter() -> tracing_subscriber::EnvFilter {
 fn main() -> ExitCode {
     // Message-sized buffers reused, not faulted in anew for each message.
     tether_host::allocator::keep_freed_buffers();
+    // Connections bounded by `--max-connections`, not by a soft limit of
+    // 1,024 descriptors.
+    let descriptor_limit = tether_host::raise_descriptor_limit();
     tracing_subscriber::fmt()
         .with_env_filter(log_filter())
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
+    if let Err(e) = descriptor_limit {
+        errln!("tether: the file descriptor limit could not be raised: {e}");
+    }
     let cli = Cli::parse();
     // One thread: a guest and its sockets' tasks wake each other without
     // crossing threads (~2 us instead of 5-30 us).

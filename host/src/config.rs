@@ -119,6 +119,18 @@ pub struct Limits {
     /// reverse proxy on the same machine every client is loopback (the
     /// proxy is the place to bound them). Default false.
     pub count_loopback_connections: bool,
+    /// Accepted connections the host holds at once over all its
+    /// listeners, WebSocket and TCP, whatever their source (loopback
+    /// included): from accept (a handshake counts) until the socket
+    /// closes. Past it a new connection is closed at once (a WebSocket
+    /// client is answered 503 first). Without it, enough sources at their
+    /// `max_connections_per_source` took every file descriptor of the
+    /// process (80 addresses at 256 fill 20,000), and the guests could
+    /// then dial nothing. Default: three quarters of the process's soft
+    /// `RLIMIT_NOFILE` when the limits are made (at least 64; 49,152 if
+    /// unlimited), so a quarter of the descriptors stays for the guests'
+    /// dials, files and listeners.
+    pub max_connections: usize,
     /// Name lookups (getaddrinfo, one blocking thread each) in flight at
     /// once, over every guest of the host. A lookup past it waits for a
     /// place within `connect_timeout`; a lookup holds its place until the
@@ -197,6 +209,7 @@ impl Default for Limits {
             max_handshakes_per_source: 256,
             max_connections_per_source: 256,
             count_loopback_connections: false,
+            max_connections: crate::connections::default_max_connections(),
             max_dns_lookups: 64,
             max_dns_lookups_per_guest: 16,
             connect_timeout: Duration::from_secs(10),

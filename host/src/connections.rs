@@ -1,5 +1,5 @@
-//! Accepted connections per source, over every listener of a host
-//! (`Limits::max_connections_per_source`).
+//! Accepted connections per source and in all, over every listener of a
+//! host (`Limits::max_connections_per_source`, `Limits::max_connections`).
 //!
 //! A listener's handshake places bound what clients hold while they
 //! upgrade; once upgraded (or, on a TCP `byte-listener`, once accepted) a
@@ -13,11 +13,20 @@
 //! connections closed at once (a WebSocket client gets 503 first) while
 //! other sources are served.
 //!
-//! Loopback clients are not counted unless
+//! Loopback clients are not counted per source unless
 //! `Limits::count_loopback_connections` says so: on a listener bound to
 //! loopback they are the machine's own programs, and behind a reverse
 //! proxy on the same machine every client is loopback, so a bound would
 //! cut the proxy, not a client.
+//!
+//! Enough sources together still took every descriptor (80 addresses at
+//! 256 each fill 20,000), and then the guests could dial nothing: a JMUX
+//! server side whose clients held every descriptor opened no channel for
+//! anyone. So every accepted connection, loopback or not, also holds a
+//! place of the host's (`Limits::max_connections`, by default three
+//! quarters of the process's descriptor limit): past it a new connection
+//! is closed at once as above, and the descriptors left serve the guests'
+//! dials, files and listeners.
 //!
 //! Cost: one short lock and a hash-map update per accept and per close.
 
@@ -27,19 +36,28 @@ use std::sync::{Arc, Mutex};
 
 use crate::places::{count_down, source_of};
 
-/// The places every source holds, shared by the listeners of one host.
+/// The places every source holds, and the host's, shared by the
+/// listeners of one host.
 #[derive(Debug)]
 pub(crate) struct BySource {
     max: usize,
+    max_total: usize,
     count_loopback: bool,
-    held: Mutex<HashMap<IpAddr, usize>>,
+    held: Mutex<Held>,
 }
 
-/// A connection's place in its source's count; dropping it gives the
-/// place back. Kept with the socket (for as long as it is open).
+#[derive(Debug, Default)]
+struct Held {
+    by_source: HashMap<IpAddr, usize>,
+    total: usize,
+}
+
+/// A connection's place in the host's count and, when its source is
+/// counted, in its source's; dropping it gives them back. Kept with the
+/// socket (for as long as it is open).
 pub(crate) struct SourcePlace {
     counts: Arc<BySource>,
-    source: IpAddr,
+    source: Option<IpAddr>,
 }
 
 impl std::fmt::Debug for SourcePlace {
@@ -48,61 +66,159 @@ impl std::fmt::Debug for SourcePlace {
     }
 }
 
-/// A source already held its bound of connections.
+/// Why an accepted connection gets no place.
 #[derive(Debug, PartialEq, Eq)]
-pub(crate) struct SourceFull {
-    /// The bound (`max_connections_per_source`).
-    pub(crate) max: usize,
+pub(crate) enum Refused {
+    /// Its source held `max_connections_per_source` already (the bound).
+    SourceFull(usize),
+    /// The host held `max_connections` already (the bound).
+    HostFull(usize),
+}
+
+impl Refused {
+    /// The metrics' `bound` label: `per_source` or `host`.
+    pub(crate) fn bound(&self) -> &'static str {
+        match self {
+            Refused::SourceFull(_) => "per_source",
+            Refused::HostFull(_) => "host",
+        }
+    }
+}
+
+impl std::fmt::Display for Refused {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Refused::SourceFull(max) => write!(
+                f,
+                "this source holds {max} connections (max_connections_per_source)"
+            ),
+            Refused::HostFull(max) => {
+                write!(
+                    f,
+                    "the host holds {max} accepted connections (max_connections)"
+                )
+            }
+        }
+    }
 }
 
 impl BySource {
-    /// At most `max` (at least 1) connections per source; loopback
-    /// clients count only when `count_loopback`.
-    pub(crate) fn new(max: usize, count_loopback: bool) -> Arc<BySource> {
+    /// At most `max` (at least 1) connections per source, loopback
+    /// clients counted only when `count_loopback`, and at most
+    /// `max_total` (at least 1) in all.
+    pub(crate) fn new(max: usize, count_loopback: bool, max_total: usize) -> Arc<BySource> {
         Arc::new(BySource {
             max: max.max(1),
+            max_total: max_total.max(1),
             count_loopback,
-            held: Mutex::new(HashMap::new()),
+            held: Mutex::new(Held::default()),
         })
     }
 
-    /// Takes a place for a connection from `peer`: `Ok(None)` when its
-    /// source is not counted (loopback), `Ok(Some(place))` while the
-    /// source holds fewer than the bound. Errors: [`SourceFull`].
-    pub(crate) fn take(
-        self: &Arc<Self>,
-        peer: SocketAddr,
-    ) -> Result<Option<SourcePlace>, SourceFull> {
+    /// Takes a place for a connection from `peer`, while the host holds
+    /// fewer than its bound and the peer's source (if counted) fewer than
+    /// its own. Errors: [`Refused`].
+    pub(crate) fn take(self: &Arc<Self>, peer: SocketAddr) -> Result<SourcePlace, Refused> {
         let source = source_of(peer);
         // `::1`'s source is the /64 `::`: ask the address itself too.
-        if (source.is_loopback() || peer.ip().is_loopback()) && !self.count_loopback {
-            return Ok(None);
-        }
+        let counted = self.count_loopback || !(source.is_loopback() || peer.ip().is_loopback());
         let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
-        let n = held.entry(source).or_insert(0);
-        if *n >= self.max {
-            return Err(SourceFull { max: self.max });
+        if held.total >= self.max_total {
+            return Err(Refused::HostFull(self.max_total));
         }
-        *n += 1;
-        Ok(Some(SourcePlace {
+        if counted {
+            let n = held.by_source.entry(source).or_insert(0);
+            if *n >= self.max {
+                return Err(Refused::SourceFull(self.max));
+            }
+            *n += 1;
+        }
+        held.total += 1;
+        Ok(SourcePlace {
             counts: self.clone(),
-            source,
-        }))
+            source: counted.then_some(source),
+        })
     }
 
     /// Connections `peer`'s source holds now (tests).
     #[cfg(test)]
     pub(crate) fn held(&self, peer: SocketAddr) -> usize {
         let held = self.held.lock().unwrap_or_else(|e| e.into_inner());
-        held.get(&source_of(peer)).copied().unwrap_or(0)
+        held.by_source.get(&source_of(peer)).copied().unwrap_or(0)
     }
 }
 
 impl Drop for SourcePlace {
     fn drop(&mut self) {
         let mut held = self.counts.held.lock().unwrap_or_else(|e| e.into_inner());
-        count_down(&mut held, self.source);
+        held.total -= 1;
+        if let Some(source) = self.source {
+            count_down(&mut held.by_source, source);
+        }
     }
+}
+
+/// The default of `Limits::max_connections`: three quarters of the
+/// process's soft `RLIMIT_NOFILE` (descriptors), at least 64, so that a
+/// quarter stays for the guests' dials, files and listeners; 49,152 where
+/// the limit cannot be read or is unlimited.
+pub(crate) fn default_max_connections() -> usize {
+    const FALLBACK: usize = 49_152;
+    #[cfg(unix)]
+    {
+        let mut limit = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        // SAFETY: getrlimit writes one `rlimit` through the pointer.
+        let read = unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } == 0;
+        if read && limit.rlim_cur != libc::RLIM_INFINITY {
+            let soft = usize::try_from(limit.rlim_cur).unwrap_or(usize::MAX);
+            return (soft / 4 * 3).max(64);
+        }
+    }
+    FALLBACK
+}
+
+/// Raises the process's soft `RLIMIT_NOFILE` (file descriptors) to its
+/// hard limit, as the Go runtime does at start, so that accepted
+/// connections are bounded by `Limits::max_connections` (whose default
+/// follows the soft limit: call this first) rather than by a soft limit
+/// of 1,024, common on Linux, which a few hundred clients exhaust.
+/// Returns the soft limit now (`u64::MAX`: unlimited). Errors: the limit
+/// could not be read or set (it is left as it was).
+pub fn raise_descriptor_limit() -> std::io::Result<u64> {
+    #[cfg(unix)]
+    {
+        let mut limit = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        // SAFETY: getrlimit writes one `rlimit` through the pointer.
+        if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        if limit.rlim_cur < limit.rlim_max {
+            let raised = libc::rlimit {
+                rlim_cur: limit.rlim_max,
+                rlim_max: limit.rlim_max,
+            };
+            // SAFETY: setrlimit reads one `rlimit` through the pointer.
+            if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &raised) } != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            limit = raised;
+        }
+        #[allow(clippy::unnecessary_cast)] // rlim_t is u64 on Linux, not everywhere
+        let soft = limit.rlim_cur as u64;
+        Ok(if limit.rlim_cur == libc::RLIM_INFINITY {
+            u64::MAX
+        } else {
+            soft
+        })
+    }
+    #[cfg(not(unix))]
+    Err(std::io::ErrorKind::Unsupported.into())
 }
 
 #[cfg(test)]
@@ -114,36 +230,69 @@ mod tests {
     /// only when asked; an IPv6 /64 is one source.
     #[test]
     fn a_source_holds_at_most_its_bound_of_connections() {
-        let counts = BySource::new(2, false);
+        let counts = BySource::new(2, false, usize::MAX);
         let a = |port| SocketAddr::from(([10, 0, 0, 1], port));
         let b = SocketAddr::from(([10, 0, 0, 2], 1));
-        let first = counts.take(a(1)).unwrap().expect("counted");
-        let _second = counts.take(a(2)).unwrap().expect("counted");
-        assert_eq!(counts.take(a(3)).unwrap_err(), SourceFull { max: 2 });
-        assert!(counts.take(b).unwrap().is_some(), "another source");
+        let first = counts.take(a(1)).unwrap();
+        let _second = counts.take(a(2)).unwrap();
+        assert_eq!(counts.take(a(3)).unwrap_err(), Refused::SourceFull(2));
+        assert!(counts.take(b).is_ok(), "another source");
         drop(first);
         assert_eq!(counts.held(a(0)), 1);
-        let _third = counts.take(a(3)).unwrap().expect("a place came back");
+        let _third = counts.take(a(3)).expect("a place came back");
         let local = SocketAddr::from(([127, 0, 0, 1], 1));
-        let exempt: Vec<_> = (0..10).map(|_| counts.take(local).unwrap()).collect();
-        assert!(exempt.iter().all(Option::is_none), "loopback not counted");
+        let exempt: Vec<_> = (0..10).map(|_| counts.take(local)).collect();
+        assert!(exempt.iter().all(Result::is_ok), "loopback not counted");
         assert_eq!(counts.held(local), 0);
         for loopback in ["[::1]:1", "[::ffff:127.0.0.9]:1"] {
             let peer: SocketAddr = loopback.parse().unwrap();
-            assert!(
-                counts.take(peer).unwrap().is_none(),
-                "{loopback} not counted"
-            );
+            let _place = counts.take(peer).expect("not counted");
+            assert_eq!(counts.held(peer), 0, "{loopback} not counted");
         }
 
-        let strict = BySource::new(1, true);
-        let _one = strict.take(local).unwrap().expect("loopback counted");
+        let strict = BySource::new(1, true, usize::MAX);
+        let _one = strict.take(local).expect("loopback counted");
         assert!(strict.take(local).is_err());
         let v6 = |s: &str| SocketAddr::new(s.parse().unwrap(), 1);
         let _v6 = strict.take(v6("2001:db8:1:2::1")).unwrap();
         assert!(strict.take(v6("2001:db8:1:2:ffff::9")).is_err(), "same /64");
         assert!(strict.take(v6("2001:db8:1:3::1")).is_ok(), "another /64");
         drop(_one);
-        assert!(strict.held.lock().unwrap().get(&source_of(local)).is_none());
+        let held = strict.held.lock().unwrap();
+        assert!(!held.by_source.contains_key(&source_of(local)));
+    }
+
+    /// Every accepted connection, of a counted source or not, holds one
+    /// of the host's places: past `max_connections` any source is refused
+    /// until one closes.
+    #[test]
+    fn the_host_holds_at_most_its_bound_of_connections() {
+        let counts = BySource::new(2, false, 3);
+        let peer = |last, port| SocketAddr::from(([10, 0, 0, last], port));
+        let local = SocketAddr::from(([127, 0, 0, 1], 1));
+        let first = counts.take(peer(1, 1)).unwrap();
+        let _second = counts.take(peer(2, 1)).unwrap();
+        let _loopback = counts.take(local).unwrap();
+        assert_eq!(counts.take(peer(3, 1)).unwrap_err(), Refused::HostFull(3));
+        assert_eq!(counts.take(local).unwrap_err(), Refused::HostFull(3));
+        assert_eq!(counts.held(peer(3, 1)), 0, "a refusal holds nothing");
+        drop(first);
+        let _fourth = counts.take(peer(3, 1)).expect("a place came back");
+        assert_eq!(counts.held.lock().unwrap().total, 3);
+    }
+
+    /// The default leaves a quarter of the descriptors (and is at least 64).
+    #[test]
+    fn the_default_bound_leaves_a_quarter_of_the_descriptors() {
+        let mut limit = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        assert_eq!(
+            unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) },
+            0
+        );
+        let soft = limit.rlim_cur as usize;
+        assert_eq!(default_max_connections(), (soft / 4 * 3).max(64));
     }
 }

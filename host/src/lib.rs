@@ -78,6 +78,7 @@ pub mod ws_url;
 
 pub use bindings::ErrorCode;
 pub use config::{Config, Limits, TlsOptions};
+pub use connections::raise_descriptor_limit;
 
 // The exact wasmtime, wasmtime-wasi and tokio this crate is built against:
 // an embedder's store, linker and runtime must come from the same versions
@@ -104,8 +105,8 @@ pub struct HostCtx {
     pub(crate) lifecycle: shutdown::Shutdown,
     /// Places for name lookups in flight (`Limits::max_dns_lookups`).
     pub(crate) lookups: Arc<tokio::sync::Semaphore>,
-    /// Accepted connections held per source
-    /// (`Limits::max_connections_per_source`).
+    /// Accepted connections held per source and in all
+    /// (`Limits::max_connections_per_source`, `Limits::max_connections`).
     pub(crate) connections: Arc<connections::BySource>,
 }
 
@@ -320,6 +321,7 @@ impl HostCtx {
         let connections = connections::BySource::new(
             config.limits.max_connections_per_source,
             config.limits.count_loopback_connections,
+            config.limits.max_connections,
         );
         Ok(Arc::new(HostCtx {
             config,

@@ -30,7 +30,7 @@
 //! | `tether_buffered_bytes` | gauge | | bytes queued in message-stream buffers now ([`crate::Stats::buffered_bytes`]) |
 //! | `tether_peak_buffered_bytes` | gauge | | the most ever queued at once ([`crate::Stats::peak_buffered_bytes`]) |
 //! | `tether_handshake_failures_total` | counter | `direction`, `reason` | WebSocket upgrades (and TLS handshakes) that failed |
-//! | `tether_source_refusals_total` | counter | `interface` | accepted connections closed at once because their source held `max_connections_per_source` (a WebSocket client answered 503) |
+//! | `tether_connection_refusals_total` | counter | `interface`, `bound` | accepted connections closed at once (a WebSocket client answered 503) because their source held `max_connections_per_source` (`per_source`) or the host held `max_connections` (`host`) |
 //! | `tether_close_codes_total` | counter | `direction`, `code` | WebSocket close codes `sent` and `received` |
 
 use std::borrow::Cow;
@@ -160,7 +160,7 @@ pub struct Metrics {
     sent_bytes: Family<Labels1, Counter>,
     policy_denials: Family<[(&'static str, String); 1], Counter>,
     handshake_failures: Family<Labels2, Counter>,
-    source_refusals: Family<Labels1, Counter>,
+    connection_refusals: Family<Labels2, Counter>,
     close_codes: Family<[(&'static str, Cow<'static, str>); 2], Counter>,
     pub(crate) websocket: Flow,
     pub(crate) tcp: Flow,
@@ -209,7 +209,7 @@ impl Metrics {
             sent_bytes,
             policy_denials: Family::default(),
             handshake_failures: Family::default(),
-            source_refusals: Family::default(),
+            connection_refusals: Family::default(),
             close_codes: Family::default(),
             websocket,
             tcp,
@@ -288,9 +288,9 @@ impl Metrics {
             self.handshake_failures.clone(),
         );
         r.register(
-            "source_refusals",
-            "Accepted connections closed at once because their source (IPv4 address, IPv6 /64) held max_connections_per_source, by interface",
-            self.source_refusals.clone(),
+            "connection_refusals",
+            "Accepted connections closed at once because their source (IPv4 address, IPv6 /64) held max_connections_per_source (bound per_source) or the host held max_connections (bound host), by interface",
+            self.connection_refusals.clone(),
         );
         r.register(
             "close_codes",
@@ -340,10 +340,17 @@ impl Metrics {
     }
 
     /// Counts an accepted connection closed at once because its source
-    /// held `max_connections_per_source`.
-    pub(crate) fn source_full(&self, interface: Interface) {
-        self.source_refusals
-            .get_or_create(&[("interface", interface.as_str())])
+    /// held `max_connections_per_source` or the host `max_connections`.
+    pub(crate) fn connection_refused(
+        &self,
+        interface: Interface,
+        refused: &crate::connections::Refused,
+    ) {
+        self.connection_refusals
+            .get_or_create(&[
+                ("interface", interface.as_str()),
+                ("bound", refused.bound()),
+            ])
             .inc();
     }
 

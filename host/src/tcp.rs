@@ -679,9 +679,9 @@ async fn accept_loop(
                 errors.accepted();
                 let place = match ctx.connections.take(peer) {
                     Ok(place) => place,
-                    Err(full) => {
-                        ctx.metrics.source_full(Interface::Tcp);
-                        tracing::debug!(%peer, max = full.max, "refused: this source holds max_connections_per_source connections");
+                    Err(refused) => {
+                        ctx.metrics.connection_refused(Interface::Tcp, &refused);
+                        tracing::debug!(%peer, "refused: {refused}");
                         continue;
                     }
                 };
@@ -689,7 +689,7 @@ async fn accept_loop(
                     tracing::warn!(%peer, "TCP_NODELAY failed: {e}");
                     continue;
                 }
-                queue.push((tcp, place));
+                queue.push((tcp, Some(place)));
             }
             Err(e) => errors.failed(&e).await,
         }

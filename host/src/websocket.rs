@@ -1821,10 +1821,11 @@ async fn accept_loop(
         };
         let place = match ctx.connections.take(peer) {
             Ok(place) => place,
-            Err(full) => {
+            Err(refused) => {
                 let _ = tcp.try_write(REFUSED_BUSY);
-                ctx.metrics.source_full(Interface::WebSocket);
-                tracing::debug!(%peer, max = full.max, "refused: this source holds max_connections_per_source connections");
+                ctx.metrics
+                    .connection_refused(Interface::WebSocket, &refused);
+                tracing::debug!(%peer, "refused: {refused}");
                 continue;
             }
         };
@@ -1869,7 +1870,7 @@ async fn accept_loop(
                 supported.clone(),
                 queue.clone(),
                 head,
-                place,
+                Some(place),
             )),
         );
     }

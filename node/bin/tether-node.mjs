@@ -34,6 +34,9 @@ options (as \`tether run\`):
   --max-connections-per-source N             connections one source (IPv4 address, IPv6 /64) holds over every
                                              listener, WebSocket and TCP (default 256, loopback clients not
                                              counted; given, loopback clients count too)
+  --max-connections N                        connections the host holds over every listener, WebSocket and TCP,
+                                             whatever their source, loopback included (default three quarters
+                                             of the file descriptor limit)
   --connect-timeout-ms N, --handshake-timeout-ms N, --linger-timeout-ms N
   --max-run-ms N                             runaway limit (default 10000)
   --max-aead-keys N                          live tether:streams/aead packet keys (default 4096)
@@ -102,6 +105,10 @@ function parseArgs(argv) {
       if (!Number.isInteger(n) || n < 1 || n > 1 << 20) fail(`${a}: expected an integer from 1 to 1048576`);
       opts.limits.maxConnectionsPerSource = n;
       opts.limits.countLoopbackConnections = true;
+    } else if (a === "--max-connections") {
+      const n = Number(val());
+      if (!Number.isInteger(n) || n < 1 || n > 1 << 24) fail(`${a}: expected an integer from 1 to 16777216`);
+      opts.limits.maxConnections = n;
     } else if (NUMERIC[a]) {
       const n = Number(val());
       if (!Number.isInteger(n) || n < 1) fail(`${a}: expected a positive integer`);

@@ -2,6 +2,26 @@
 // host's `Limits` (host/src/config.rs), and the `error-code` constructors
 // of `tether:streams/types` (wit/tether.wit).
 
+import { readFileSync } from "node:fs";
+
+/**
+ * The default of `maxConnections`: three quarters of the process's soft
+ * "Max open files" limit (file descriptors) read from `limits` (Linux's
+ * /proc/self/limits; Node has no getrlimit, and raises the soft limit to
+ * the hard one at start), at least 64, so that a quarter stays for the
+ * guests' dials, files and listeners; 49152 when the limit is unlimited
+ * or cannot be read (host/src/connections.rs `default_max_connections`).
+ */
+export function defaultMaxConnections(limits = "/proc/self/limits") {
+  let soft;
+  try {
+    soft = /^Max open files\s+(\d+)\s/m.exec(readFileSync(limits, "utf8"))?.[1];
+  } catch {
+    // Not Linux, or no /proc.
+  }
+  return soft === undefined ? 49152 : Math.max(64, Math.floor(Number(soft) / 4) * 3);
+}
+
 /** Defaults of host/src/config.rs `Limits`. Bytes are bytes, times milliseconds. */
 export const DEFAULT_LIMITS = Object.freeze({
   maxMessageBytes: 64 << 20,
@@ -31,6 +51,17 @@ export const DEFAULT_LIMITS = Object.freeze({
    * proxy on the same machine every client is loopback.
    */
   countLoopbackConnections: false,
+  /**
+   * Accepted connections the host holds at once over every listener,
+   * WebSocket and TCP, whatever their source (loopback included): from
+   * its accept (a handshake counts) until its socket closes. Past it a
+   * new connection is closed at once (a WebSocket client is answered 503
+   * first). Without it, enough sources at their `maxConnectionsPerSource`
+   * took every file descriptor of the process (80 addresses at 256 fill
+   * 20,000), and the guests could then dial nothing. Default: three
+   * quarters of the soft file descriptor limit (`defaultMaxConnections`).
+   */
+  maxConnections: defaultMaxConnections(),
   connectTimeoutMs: 10_000,
   handshakeTimeoutMs: 10_000,
   lingerTimeoutMs: 5_000,

@@ -1,8 +1,8 @@
 // Where accepted connections come from: the source a client counts
 // against (an IPv4 address, an IPv6 /64), and the connections each source
-// holds over every listener of a host, WebSocket and TCP
-// (`maxConnectionsPerSource`). Mirrors host/src/places.rs `source_of` and
-// host/src/connections.rs.
+// and the whole host hold over every listener of a host, WebSocket and
+// TCP (`maxConnectionsPerSource`, `maxConnections`). Mirrors
+// host/src/places.rs `source_of` and host/src/connections.rs.
 
 /**
  * The source a client counts against, for `maxHandshakesPerSource` and
@@ -28,41 +28,53 @@ export function isLoopback(addr) {
 }
 
 /**
- * The connections every source holds at once, shared by the listeners of
- * one host (host/src/connections.rs `BySource`): a connection holds a
- * place of its source from its accept (a WebSocket client still in its
- * handshake counts) until its socket closes, however it closes; a source
- * at the bound has its new connections closed at once while other
- * sources are served. Without it, one address that keeps its connections
- * open takes every file descriptor of the process and the memory each
- * connection holds. Loopback clients count only with `countLoopback`: on
- * a listener bound to loopback they are the machine's own programs, and
- * behind a reverse proxy on the same machine every client is loopback.
+ * The connections every source holds at once, and the host in all, shared
+ * by the listeners of one host (host/src/connections.rs `BySource`): a
+ * connection holds a place of the host's and of its source's from its
+ * accept (a WebSocket client still in its handshake counts) until its
+ * socket closes, however it closes; a source at its bound has its new
+ * connections closed at once while other sources are served, and past
+ * the host's bound every new connection is. Without the first, one
+ * address that keeps its connections open takes every file descriptor of
+ * the process and the memory each connection holds; without the second,
+ * enough addresses together do. Loopback clients count against their
+ * source only with `countLoopback` (on a listener bound to loopback they
+ * are the machine's own programs, and behind a reverse proxy on the same
+ * machine every client is loopback), against the host always.
  */
 export class ConnectionsBySource {
   /**
    * @param {number} max connections per source (at least 1)
-   * @param {boolean} countLoopback whether loopback clients count
+   * @param {boolean} countLoopback whether loopback clients count per source
+   * @param {number} maxTotal connections in all (at least 1; default: no bound)
    */
-  constructor(max, countLoopback) {
+  constructor(max, countLoopback, maxTotal = Infinity) {
     this.max = Math.max(1, max);
     this.countLoopback = countLoopback;
+    this.maxTotal = Math.max(1, maxTotal);
     this.bySource = new Map();
+    /** Connections held in all, loopback included. */
+    this.total = 0;
   }
 
   /**
    * Takes a place for `sock`, a socket just accepted: true when it may be
-   * served (its source is not counted, or holds fewer than the bound; the
-   * place comes back on the socket's 'close'), false when its source
-   * holds the bound already (the caller closes it).
+   * served (the host holds fewer than `maxTotal`, and its source is not
+   * counted or holds fewer than `max`; the places come back on the
+   * socket's 'close'), false when either bound is held already (the
+   * caller closes it; a refusal holds nothing).
    */
   take(sock) {
-    if (!this.countLoopback && isLoopback(sock.remoteAddress)) return true;
+    if (this.total >= this.maxTotal) return false;
+    const counted = this.countLoopback || !isLoopback(sock.remoteAddress);
     const source = sourceOf(sock.remoteAddress);
     const n = this.bySource.get(source) ?? 0;
-    if (n >= this.max) return false;
-    this.bySource.set(source, n + 1);
+    if (counted && n >= this.max) return false;
+    this.total++;
+    if (counted) this.bySource.set(source, n + 1);
     sock.once("close", () => {
+      this.total--;
+      if (!counted) return;
       const left = this.bySource.get(source) - 1;
       if (left > 0) this.bySource.set(source, left);
       else this.bySource.delete(source);
@@ -76,10 +88,11 @@ export class ConnectionsBySource {
   }
 }
 
-/** The host's count of connections per source, made at first use from its limits. */
+/** The host's count of connections per source and in all, made at first use from its limits. */
 export function connectionsBySource(host) {
   return (host.connectionsBySource ??= new ConnectionsBySource(
     host.limits.maxConnectionsPerSource,
     host.limits.countLoopbackConnections,
+    host.limits.maxConnections,
   ));
 }

@@ -234,7 +234,8 @@ function listen(host, address) {
   server.on("connection", (sock) => {
     if (listener.stopped) return sock.destroy();
     // A source that holds its bound of connections over every listener
-    // of the host is closed at once.
+    // of the host, or any client of a host that holds its own bound, is
+    // closed at once.
     if (!connections.take(sock)) return sock.destroy();
     listener.push(new Sock(host, sock));
   });

@@ -42,7 +42,8 @@ const size = (data) => (typeof data === "string" ? Buffer.byteLength(data, "utf8
 
 /**
  * Answer to a client whose source holds `maxConnectionsPerSource`
- * connections already (host/src/websocket.rs REFUSED_BUSY).
+ * connections already, or whose host holds `maxConnections`
+ * (host/src/websocket.rs REFUSED_BUSY).
  */
 const REFUSED_BUSY = "HTTP/1.1 503 Service Unavailable\r\nConnection: close\r\nContent-Length: 0\r\n\r\n";
 
@@ -618,9 +619,10 @@ function listen(host, address, options) {
     sock.setNoDelay(true);
     if (listener.stopped) return sock.destroy();
     // Before the handshake places: a source that holds its bound of
-    // connections over every listener of the host gets 503, and its
-    // socket goes as soon as that is written (it holds no place, so a
-    // client that never closes must not keep it).
+    // connections over every listener of the host, or any client of a
+    // host that holds its own bound, gets 503, and its socket goes as
+    // soon as that is written (it holds no place, so a client that never
+    // closes must not keep it).
     if (!connections.take(sock)) {
       sock.end(REFUSED_BUSY, () => sock.destroy());
       return;

@@ -8,11 +8,18 @@
 // listeners together, from accept until the socket closes; past it a
 // WebSocket client gets 503 and a TCP client is closed, while other
 // sources are served.
+//
+// Enough sources at their bound still took every descriptor, so the host
+// also holds at most `maxConnections` accepted connections in all,
+// loopback included (host/src/connections.rs, `max_connections`): past
+// it any source is refused alike.
 
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
-import { existsSync } from "node:fs";
+import { existsSync, mkdtempSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { once, EventEmitter } from "node:events";
 import { fileURLToPath } from "node:url";
 import WebSocket from "ws";
@@ -20,7 +27,7 @@ import { Host } from "../src/host.js";
 import { websocketImports } from "../src/websocket.js";
 import { tcpImports } from "../src/tcp.js";
 import { ConnectionsBySource, connectionsBySource } from "../src/sources.js";
-import { DEFAULT_LIMITS } from "../src/config.js";
+import { DEFAULT_LIMITS, defaultMaxConnections } from "../src/config.js";
 import { upgradeHead } from "./upgrade-head.js";
 import { client, until, sleep } from "./raw-client.js";
 
@@ -50,9 +57,9 @@ async function wsEchoed(addr, text, localAddress) {
   return ws;
 }
 
-/** A TCP client that sent `text` and was closed without an echo. */
-async function tcpRefused(addr, text) {
-  const c = client(addr, text);
+/** A TCP client from `localAddress` that sent `text` and was closed without an echo. */
+async function tcpRefused(addr, text, localAddress) {
+  const c = client(addr, text, localAddress);
   await until(`the refused TCP client's close (${text})`, () => c.got.closed || c.got.bytes.length > 0);
   assert.equal(c.got.bytes.length, 0, `no echo for TCP ${text} past the bound`);
   assert.ok(c.got.closed);
@@ -79,6 +86,21 @@ async function startEcho(flags) {
   });
   assert.equal(exited, null, `tether-node exited with ${exited}: ${log}`);
   return { proc, ws: /listening on (\S+)/.exec(log)[1], tcp: /listening for TCP on (\S+)/.exec(log)[1] };
+}
+
+/**
+ * A TCP client from `source` echoed by the listener at `port`, retried
+ * every 20 ms until a place comes back (at most 5 s after one closed).
+ */
+async function servedAgain(port, source) {
+  const end = Date.now() + 5_000;
+  for (let i = 0; ; i++) {
+    const c = client(port, `again ${i}`, source);
+    await until("an answer or a close", () => c.got.closed || c.got.bytes.length >= `again ${i}`.length);
+    if (c.got.bytes.toString() === `again ${i}`) return c;
+    if (Date.now() > end) assert.fail(`no connection from ${source} served 5 s after one closed`);
+    await sleep(20);
+  }
 }
 
 test("one source holds at most maxConnectionsPerSource connections over the WebSocket and TCP listeners", { timeout: 60_000 }, async () => {
@@ -110,16 +132,7 @@ test("one source holds at most maxConnectionsPerSource connections over the WebS
     const [ws1] = held.splice(0, 1);
     ws1.close(1000);
     await once(ws1, "close");
-    const end = Date.now() + 5_000;
-    let again = null;
-    for (let i = 0; !again; i++) {
-      const c = client(echo.tcp, `again ${i}`);
-      await until("an answer or a close", () => c.got.closed || c.got.bytes.length >= `again ${i}`.length);
-      if (c.got.bytes.toString() === `again ${i}`) again = c;
-      else if (Date.now() > end) assert.fail("no connection from 127.0.0.1 served 5 s after one closed");
-      else await sleep(20);
-    }
-    held.push(again);
+    held.push(await servedAgain(echo.tcp, "127.0.0.1"));
     await tcpRefused(echo.tcp, "tcp 5 again");
     assert.equal(held.filter((c) => c instanceof WebSocket && c.readyState !== WebSocket.OPEN).length, 0, "held streams stay open");
   } finally {
@@ -206,6 +219,7 @@ test("a counted socket gives its place back once, however it closes", async () =
     await until("the anchor's close", () => anchor.got.closed);
     await settled("after the anchor", 0);
     assert.equal(counts.bySource.size, 0, "no source left in the map");
+    assert.equal(counts.total, 0, "no host place left");
   } finally {
     for (const c of clients) c.sock.destroy();
     wsl[Symbol.dispose]();
@@ -264,3 +278,88 @@ async function tcpAccepted(listener, name) {
   listener.accept();
   return c;
 }
+
+/** A WebSocket client from `localAddress` answered 503 at once (not at the 10 s handshake timeout). */
+async function wsRefused(addr, localAddress) {
+  const start = performance.now();
+  const busy = client(addr, upgradeHead(addr), localAddress);
+  await until(`the refused WebSocket client's close (${localAddress})`, () => busy.got.closed);
+  assert.equal(busy.got.bytes.toString(), REFUSED_BUSY);
+  assert.ok(busy.got.closedAt - start < 2_000, `refused after ${Math.round(busy.got.closedAt - start)} ms`);
+}
+
+test("the host holds at most maxConnections connections over the WebSocket and TCP listeners, whatever their source", { timeout: 60_000 }, async () => {
+  // Loopback clients are not counted per source (no
+  // --max-connections-per-source), but they hold the host's places.
+  const echo = await startEcho(["--max-connections", "4"]);
+  const held = [];
+  const closeAll = () => held.forEach((c) => (c instanceof WebSocket ? c.terminate() : c.sock.destroy()));
+  try {
+    // Two WebSocket and two TCP connections from two sources: the bound.
+    held.push(await wsEchoed(echo.ws, "ws 1", "127.0.0.1"), await wsEchoed(echo.ws, "ws 2", "127.0.0.2"));
+    held.push(await tcpEchoed(echo.tcp, "tcp 1", "127.0.0.1"), await tcpEchoed(echo.tcp, "tcp 2", "127.0.0.2"));
+
+    // A fifth connection, from a third source that holds none, is refused
+    // on both listeners.
+    await wsRefused(echo.ws, "127.0.0.3");
+    await tcpRefused(echo.tcp, "tcp 5", "127.0.0.3");
+
+    // A WebSocket connection closes: its place serves a connection from
+    // the third source (once the host has seen the close), and the host
+    // is at its bound again.
+    const [ws1] = held.splice(0, 1);
+    ws1.close(1000);
+    await once(ws1, "close");
+    held.push(await servedAgain(echo.tcp, "127.0.0.3"));
+    await wsRefused(echo.ws, "127.0.0.1");
+    await tcpRefused(echo.tcp, "tcp 5 again", "127.0.0.3");
+    assert.equal(held.filter((c) => c instanceof WebSocket && c.readyState !== WebSocket.OPEN).length, 0, "held streams stay open");
+  } finally {
+    closeAll();
+    echo.proc.kill();
+  }
+});
+
+test("every connection holds one of the host's places, loopback too; a refusal holds nothing; the default leaves a quarter of the descriptors", () => {
+  const sock = (addr) => Object.assign(new EventEmitter(), { remoteAddress: addr });
+  const counts = new ConnectionsBySource(2, false, 3);
+  const first = sock("10.0.0.1");
+  assert.ok(counts.take(first));
+  assert.ok(counts.take(sock("10.0.0.2")));
+  assert.ok(counts.take(sock("127.0.0.1")), "loopback: not counted per source");
+  assert.ok(!counts.take(sock("10.0.0.3")), "past the host's bound");
+  assert.ok(!counts.take(sock("127.0.0.1")), "loopback too");
+  assert.equal(counts.held("10.0.0.3"), 0, "a refusal holds nothing");
+  assert.equal(counts.total, 3);
+  first.emit("close");
+  assert.equal(counts.total, 2);
+  assert.ok(counts.take(sock("10.0.0.3")), "a place came back");
+  assert.ok(!counts.take(sock("10.0.0.4")));
+
+  // The host's bound is checked first: a source under its own bound is
+  // refused without a place of its source.
+  const a = new ConnectionsBySource(1, true, 1);
+  assert.ok(a.take(sock("10.0.0.1")));
+  assert.ok(!a.take(sock("10.0.0.2")));
+  assert.equal(a.held("10.0.0.2"), 0);
+
+  // Three quarters of the soft "Max open files" (at least 64), 49152
+  // when unlimited or unreadable.
+  const dir = mkdtempSync(join(tmpdir(), "tether-limits-"));
+  const limits = (soft) => {
+    const path = join(dir, `limits-${soft}`);
+    writeFileSync(
+      path,
+      "Limit                     Soft Limit           Hard Limit           Units     \n" +
+        "Max file size             unlimited            unlimited            bytes     \n" +
+        `Max open files            ${soft.padEnd(20)} 1048576              files     \n`,
+    );
+    return path;
+  };
+  assert.equal(defaultMaxConnections(limits("20000")), 15000);
+  assert.equal(defaultMaxConnections(limits("1023")), 765);
+  assert.equal(defaultMaxConnections(limits("50")), 64);
+  assert.equal(defaultMaxConnections(limits("unlimited")), 49152);
+  assert.equal(defaultMaxConnections(join(dir, "missing")), 49152);
+  assert.equal(DEFAULT_LIMITS.maxConnections, defaultMaxConnections());
+});

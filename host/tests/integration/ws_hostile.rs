@@ -1636,49 +1636,86 @@ async fn echoed_tcp(source: [u8; 4], addr: SocketAddr) -> Option<TcpStream> {
 /// served, and a place comes back when a connection closes.
 #[tokio::test(flavor = "current_thread")]
 async fn one_source_holds_at_most_its_bound_of_connections() {
+    let mut config = local_config();
+    config.limits.max_connections_per_source = 4;
+    config.limits.count_loopback_connections = true;
+    let a = [127, 0, 0, 1];
+    held_then_refused(config, [a, a], a, Some([127, 0, 0, 2])).await;
+}
+
+/// Enough sources, each within `max_connections_per_source`, still took
+/// every file descriptor of the process (80 addresses at 256 fill
+/// 20,000), and then the guests could dial nothing. Now the host holds at
+/// most `max_connections` accepted connections over every listener,
+/// whatever their source (loopback included, uncounted per source here):
+/// past it a new connection from a fresh source is closed at once (a
+/// WebSocket client gets 503), and a place comes back when a connection
+/// closes.
+#[tokio::test(flavor = "current_thread")]
+async fn the_host_holds_at_most_its_bound_of_accepted_connections() {
+    let mut config = local_config();
+    config.limits.max_connections = 4;
+    let holders = [[127, 0, 0, 1], [127, 0, 0, 2]];
+    held_then_refused(config, holders, [127, 0, 0, 3], None).await;
+}
+
+/// The connection bounds' test: under `config`, each of `holders` holds
+/// two WebSocket and two TCP connections to one echo guest (four in all);
+/// then a fifth of each kind from `fresh` must be refused at once (503,
+/// and a close), a client from `other` (if any) served meanwhile, and
+/// once one of the four closes, `fresh` must get a place within 1 s.
+async fn held_then_refused(
+    config: tether_host::Config,
+    holders: [[u8; 4]; 2],
+    fresh: [u8; 4],
+    other: Option<[u8; 4]>,
+) {
     tokio::time::timeout(Duration::from_secs(30), async {
-        let mut config = local_config();
-        config.limits.max_connections_per_source = 4;
-        config.limits.count_loopback_connections = true;
         let runner = runner(config);
         let (listen, addr) = listen_address();
         let (tcp_listen, tcp_addr) = listen_address();
-        // 2 + 2 held, one from another source, one after a place came back.
-        let guest = echo(&runner, &["server", &listen, "6", "--tcp", &tcp_listen]);
+        // 2 + 2 held, `other`, one after a place came back.
+        let served = (5 + usize::from(other.is_some())).to_string();
+        let guest = echo(&runner, &["server", &listen, &served, "--tcp", &tcp_listen]);
         let test = peer_runtime().spawn(async move {
             drop(connect_when_up(addr).await);
             drop(connect_when_up(tcp_addr).await);
             tokio::time::sleep(Duration::from_millis(200)).await;
-            let a = [127, 0, 0, 1];
             let mut ws = Vec::new();
-            for _ in 0..2 {
-                ws.push(echoed_ws(a, addr).await.expect("within the bound"));
-            }
             let mut tcp = Vec::new();
-            for _ in 0..2 {
-                tcp.push(echoed_tcp(a, tcp_addr).await.expect("within the bound"));
+            for source in holders {
+                ws.push(echoed_ws(source, addr).await.expect("within the bound"));
+                tcp.push(
+                    echoed_tcp(source, tcp_addr)
+                        .await
+                        .expect("within the bound"),
+                );
             }
             let t0 = Instant::now();
-            let refused_ws = echoed_ws(a, addr).await.err();
-            let refused_tcp = echoed_tcp(a, tcp_addr).await.is_none();
+            let refused_ws = echoed_ws(fresh, addr).await.err();
+            let refused_tcp = echoed_tcp(fresh, tcp_addr).await.is_none();
             let refused_in = t0.elapsed();
-            let other = echoed_ws([127, 0, 0, 2], addr)
-                .await
-                .expect("another source is served");
+            if let Some(other) = other {
+                ws.push(
+                    echoed_ws(other, addr)
+                        .await
+                        .expect("another source is served"),
+                );
+            }
             // One of the four closes: its place comes back.
             let mut first = ws.remove(0);
             first.close(None).await.unwrap();
             while first.next().await.is_some() {}
             let mut again = None;
             for _ in 0..50 {
-                if let Ok(ws) = echoed_ws(a, addr).await {
+                if let Ok(ws) = echoed_ws(fresh, addr).await {
                     again = Some(ws);
                     break;
                 }
                 tokio::time::sleep(Duration::from_millis(20)).await;
             }
-            let again = again.expect("the source's place never came back");
-            for mut w in ws.into_iter().chain([other, again]) {
+            let again = again.expect("the place never came back");
+            for mut w in ws.into_iter().chain([again]) {
                 w.close(None).await.unwrap();
                 while w.next().await.is_some() {}
             }
@@ -1688,9 +1725,9 @@ async fn one_source_holds_at_most_its_bound_of_connections() {
         let (out, test) = tokio::join!(guest, test);
         let (refused_ws, refused_tcp, refused_in) = test.unwrap();
         assert!(out.success(), "{}", show(&out));
-        let refused_ws = refused_ws.expect("a fifth connection of the source was upgraded");
+        let refused_ws = refused_ws.expect("a fifth connection was upgraded");
         assert!(refused_ws.contains("503"), "refused with `{refused_ws}`");
-        assert!(refused_tcp, "a fifth connection of the source was echoed");
+        assert!(refused_tcp, "a fifth connection was echoed");
         assert!(
             refused_in < Duration::from_millis(500),
             "refusals took {refused_in:?}"
