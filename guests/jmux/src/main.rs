@@ -359,6 +359,8 @@ struct WaitingOpen {
     deadline: Instant,
     /// The peer refused its OPEN as one too many before.
     refused_before: bool,
+    /// A channel was given up for it ([`Proxy::give_up_for`]).
+    given_a_place: bool,
 }
 
 /// What a counted client's channel needs to wait again for a place if the
@@ -369,6 +371,7 @@ struct OpenRetry {
     /// As [`WaitingOpen::deadline`].
     deadline: Instant,
     refused_before: bool,
+    given_a_place: bool,
 }
 
 /// What the client must hear once its channel opens.
@@ -1466,6 +1469,7 @@ impl Proxy {
                         source,
                         deadline: now + self.handshake_limits.timeout,
                         refused_before: false,
+                        given_a_place: true,
                     });
                     return;
                 }
@@ -1482,6 +1486,7 @@ impl Proxy {
                         dest: dest.clone(),
                         deadline: now + self.handshake_limits.timeout,
                         refused_before: false,
+                        given_a_place: false,
                     })
                 });
                 self.start_chan(id, conn, greeting, pending, forward, source, retry);
@@ -1519,7 +1524,11 @@ impl Proxy {
     /// and a waiting place is free, the client waits again for a place,
     /// in deadline order, and its OPEN goes again after
     /// [`FAR_SIDE_FULL_RETRY`]; new clients wait behind it (returns
-    /// `None`). Otherwise returns `chan`, to be refused.
+    /// `None`). Otherwise returns `chan`, to be refused. A client no
+    /// channel was given up for yet gets one by the fair share
+    /// ([`Proxy::give_up_for`]) if a larger source has one: a peer with
+    /// fewer channels than this side (its `--max-channels`) is full first,
+    /// and one source could hold all of them while this side was not.
     ///
     /// Without it a place given up for a client was lost to whoever
     /// opened first once the peer freed it: the peer keeps a closed
@@ -1543,6 +1552,10 @@ impl Proxy {
             return Some(chan);
         };
         let retry = chan.retry.take().expect("checked");
+        // The peer is full and nothing was given up for this client yet:
+        // the fair share applies as when this side is full (a place of
+        // the peer's comes free once it has the CLOSE).
+        let given_a_place = retry.given_a_place || self.give_up_for(source, now);
         *self.channels_per_source.entry(source).or_insert(0) += 1;
         let at = self
             .waiting_opens
@@ -1559,6 +1572,7 @@ impl Proxy {
                 source,
                 deadline: retry.deadline,
                 refused_before: true,
+                given_a_place,
             },
         );
         let retry_at = now + FAR_SIDE_FULL_RETRY;
@@ -1704,6 +1718,7 @@ impl Proxy {
                         dest: w.dest,
                         deadline: w.deadline,
                         refused_before: w.refused_before,
+                        given_a_place: w.given_a_place,
                     });
                     self.start_chan(
                         id,

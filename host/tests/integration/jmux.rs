@@ -2640,6 +2640,35 @@ fn a_client_of_a_smaller_source_takes_the_place_of_a_quiet_channel() {
     assert!(pair.is_running(), "{}", pair.describe());
 }
 
+/// A tunnel of two guests: the client side with a SOCKS5 listener (the
+/// address returned) and an HTTP one, `--max-channels=near` and
+/// `--max-channels-per-source=per_source` (loopback counted); the server
+/// side with `--max-channels=far`.
+fn capped_pair(
+    runner: &Arc<Runner>,
+    near: usize,
+    per_source: usize,
+    far: usize,
+) -> (Pair, SocketAddr) {
+    let ports = [free_port().unwrap(), free_port().unwrap()];
+    let listeners = [
+        format!("socks5-listen://127.0.0.1:{}", ports[0]),
+        format!("http-listen://127.0.0.1:{}", ports[1]),
+        format!("--max-channels={near}"),
+        format!("--max-channels-per-source={per_source}"),
+    ];
+    let server_args = ["--allow-all".to_string(), format!("--max-channels={far}")];
+    let pair = Pair::start(
+        &guest(runner),
+        &guest(runner),
+        &listeners,
+        &ports,
+        &server_args,
+    )
+    .unwrap_or_else(|e| panic!("{e:#}"));
+    (pair, local(ports[0]))
+}
+
 /// The red team of 2026-12-04, third round, finding 3: the far side
 /// keeps a closed channel's id for its linger (5 s) while its target
 /// never answers FIN, and refused, as one too many, the OPEN of the client
@@ -2668,23 +2697,7 @@ fn a_client_refused_by_a_full_far_side_keeps_the_place_given_up_for_it() {
         }
         std::thread::sleep(Duration::from_secs(60));
     });
-    let ports = [free_port().unwrap(), free_port().unwrap()];
-    let listeners = [
-        format!("socks5-listen://127.0.0.1:{}", ports[0]),
-        format!("http-listen://127.0.0.1:{}", ports[1]),
-        format!("--max-channels={CAP}"),
-        format!("--max-channels-per-source={}", CAP / 2),
-    ];
-    let server_args = ["--allow-all".to_string(), format!("--max-channels={CAP}")];
-    let mut pair = Pair::start(
-        &guest(&runner),
-        &guest(&runner),
-        &listeners,
-        &ports,
-        &server_args,
-    )
-    .unwrap_or_else(|e| panic!("{e:#}"));
-    let socks = local(ports[0]);
+    let (mut pair, socks) = capped_pair(&runner, CAP, CAP / 2, CAP);
     let (a, b) = ([127, 0, 0, 1], [127, 0, 0, 2]);
     let mut held: Vec<TcpStream> = Vec::new();
     for src in [a, b] {
@@ -2734,6 +2747,61 @@ fn a_client_refused_by_a_full_far_side_keeps_the_place_given_up_for_it() {
         retaken, 0,
         "the attacker took {retaken} places back in {tries} tries (the legitimate client waited {waited:?})"
     );
+    assert!(pair.is_running(), "{}", pair.describe());
+}
+
+/// A peer with fewer channels than this side (`--max-channels`) is full
+/// first: one source held every channel of the peer's while this side had
+/// room, so the fair share never ran, and a client of another source was
+/// refused (before the client waited again, at once; after, at the end of
+/// its 10 s wait). Now a client whose OPEN the peer refuses as one too
+/// many takes a place by the fair share as when this side is full: the
+/// larger source's channel quiet longest is given up, and the client is
+/// served once the peer has its CLOSE.
+#[test]
+fn a_client_refused_by_a_smaller_far_side_takes_a_place_by_the_fair_share() {
+    const FAR_CAP: usize = 4;
+    let runner = runner();
+    let echo = PeerRuntime::new().unwrap();
+    let target = echo.echo().unwrap();
+    let (mut pair, socks) = capped_pair(&runner, 2 * FAR_CAP, FAR_CAP, FAR_CAP);
+    let held: Vec<TcpStream> = (0..FAR_CAP)
+        .map(|i| {
+            let (code, conn) = socks5_from(socks, target, [127, 0, 0, 1]);
+            assert_eq!(code, 0, "channel {i}");
+            conn
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(200));
+    let started = Instant::now();
+    let (code, mut conn) = socks5_from(socks, target, [127, 0, 0, 2]);
+    let waited = started.elapsed();
+    assert_eq!(
+        code, 0,
+        "the client of a second source was refused after {waited:?}"
+    );
+    assert!(
+        waited < Duration::from_secs(3),
+        "the client of a second source waited {waited:?}"
+    );
+    conn.write_all(b"ping").unwrap();
+    let mut pong = [0u8; 4];
+    conn.read_exact(&mut pong).unwrap();
+    assert_eq!(&pong, b"ping");
+    // The first source's quiet channel gave its place up.
+    let mut first = &held[0];
+    first
+        .set_read_timeout(Some(Duration::from_secs(2)))
+        .unwrap();
+    let mut byte = [0u8; 1];
+    let closed = match first.read(&mut byte) {
+        Ok(n) => n == 0,
+        Err(e) => !matches!(
+            e.kind(),
+            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+        ),
+    };
+    assert!(closed, "the channel quiet longest was not closed");
     assert!(pair.is_running(), "{}", pair.describe());
 }
 
