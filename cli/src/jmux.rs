@@ -30,6 +30,12 @@ pub struct JmuxArgs {
     /// jmux listeners; the guest may not bind it.
     #[command(flatten)]
     pub metrics: crate::MetricsArgs,
+    /// Accepted connections the host holds at once over the pipe and every
+    /// listener, whatever their source; past it new ones are closed at
+    /// once (default: three quarters of the file descriptor limit, at most
+    /// 65536; 1 to 16777216).
+    #[arg(long = "max-connections", value_name = "N", value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=1 << 24))]
+    pub max_connections: Option<usize>,
     /// The jmux-proxy arguments: <PIPE> [<LISTENER>...] [--allow-all |
     /// --allow RULE...]. The host may dial the pipe's address, bind the
     /// pipe's and listeners' addresses, and dial the targets that
@@ -45,13 +51,13 @@ pub struct JmuxArgs {
 }
 
 /// Moves the host's own options (`--deny`, `--ca-file`,
-/// `--shutdown-timeout-ms`, `--metrics`) out of the
+/// `--shutdown-timeout-ms`, `--metrics`, `--max-connections`) out of the
 /// jmux-proxy arguments, wherever they stand: the guest's command line has
 /// no options of those names, so `tether jmux -- PIPE --deny RULE` means
 /// the same as `tether jmux --deny RULE -- PIPE`.
 ///
-/// Errors: an option without its value, or a `--deny` rule that does not
-/// parse.
+/// Errors: an option without its value, a `--deny` rule that does not
+/// parse, or a `--max-connections` outside 1 to 16777216.
 fn take_host_options(args: &mut JmuxArgs) -> anyhow::Result<()> {
     let mut rest = Vec::with_capacity(args.args.len());
     let mut it = std::mem::take(&mut args.args).into_iter();
@@ -60,7 +66,15 @@ fn take_host_options(args: &mut JmuxArgs) -> anyhow::Result<()> {
             Some((n, v)) => (n.to_string(), Some(v.to_string())),
             None => (arg.clone(), None),
         };
-        if !["--deny", "--ca-file", "--shutdown-timeout-ms", "--metrics"].contains(&name.as_str()) {
+        if ![
+            "--deny",
+            "--ca-file",
+            "--shutdown-timeout-ms",
+            "--metrics",
+            "--max-connections",
+        ]
+        .contains(&name.as_str())
+        {
             rest.push(arg);
             continue;
         }
@@ -77,6 +91,16 @@ fn take_host_options(args: &mut JmuxArgs) -> anyhow::Result<()> {
             args.ca_file.push(PathBuf::from(value));
         } else if name == "--metrics" {
             args.metrics.metrics = Some(value);
+        } else if name == "--max-connections" {
+            args.max_connections = Some(
+                value
+                    .parse()
+                    .ok()
+                    .filter(|n| (1..=1 << 24).contains(n))
+                    .ok_or_else(|| {
+                        anyhow::anyhow!("--max-connections {value}: expected 1 to 16777216")
+                    })?,
+            );
         } else {
             args.shutdown.shutdown_timeout_ms = value
                 .parse()
@@ -116,6 +140,9 @@ pub async fn jmux(mut args: JmuxArgs) -> anyhow::Result<ExitCode> {
                 parsed.channels_per_source.max as usize + parsed.handshakes.max_per_source + 16,
             ),
             count_loopback_connections: parsed.channels_per_source.loopback_too,
+            max_connections: args
+                .max_connections
+                .unwrap_or(Limits::default().max_connections),
             ..Limits::default()
         },
     };
@@ -163,6 +190,7 @@ mod tests {
                 shutdown_timeout_ms: 5000,
             },
             metrics: crate::MetricsArgs::default(),
+            max_connections: None,
             args: args.iter().map(|a| a.to_string()).collect(),
         }
     }

@@ -147,7 +147,8 @@ pub struct HostArgs {
     /// included) the host holds at once over every listener; past it new
     /// connections are closed at once (WebSocket: 503). Default: three
     /// quarters of the file descriptor limit, which `tether` raises to
-    /// its hard limit at start (1 to 16777216).
+    /// its hard limit at start, at most 65536 (each held WebSocket
+    /// connection costs about 34 KiB of memory; 1 to 16777216).
     #[arg(long, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=1 << 24))]
     pub max_connections: Option<usize>,
     /// Name lookups in flight at once over every guest (each holds a

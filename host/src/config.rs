@@ -127,9 +127,11 @@ pub struct Limits {
     /// `max_connections_per_source` took every file descriptor of the
     /// process (80 addresses at 256 fill 20,000), and the guests could
     /// then dial nothing. Default: three quarters of the process's soft
-    /// `RLIMIT_NOFILE` when the limits are made (at least 64; 49,152 if
-    /// unlimited), so a quarter of the descriptors stays for the guests'
-    /// dials, files and listeners.
+    /// `RLIMIT_NOFILE` when the limits are made, so a quarter of the
+    /// descriptors stays for the guests' dials, files and listeners, at
+    /// least 64 and at most 65,536 (a held WebSocket connection costs the
+    /// host about 34 KiB: 2.2 GiB there); 49,152 if unlimited. Memory, not
+    /// descriptors, is the bound to size it by on a small machine.
     pub max_connections: usize,
     /// Name lookups (getaddrinfo, one blocking thread each) in flight at
     /// once, over every guest of the host. A lookup past it waits for a

@@ -158,12 +158,20 @@ impl Drop for SourcePlace {
     }
 }
 
+/// The most `Limits::max_connections` defaults to (65,536): a held
+/// WebSocket connection costs the host about 34 KiB (2.2 GiB at this
+/// many), and descriptor limits raised to the hard limit (524,288 under
+/// systemd, 1,048,576 under Docker) would otherwise let held connections
+/// take 13-26 GiB, where the out-of-memory killer ends every guest (the
+/// red team of 2026-12-04, fifth round, F3).
+pub const DEFAULT_MAX_CONNECTIONS_CAP: usize = 65_536;
+
 /// The default of `Limits::max_connections`: three quarters of the
-/// process's soft `RLIMIT_NOFILE` (descriptors), at least 64, so that a
-/// quarter stays for the guests' dials, files and listeners; 49,152 where
-/// the limit cannot be read or is unlimited.
+/// process's soft `RLIMIT_NOFILE` (descriptors), so that a quarter stays
+/// for the guests' dials, files and listeners, at least 64 and at most
+/// [`DEFAULT_MAX_CONNECTIONS_CAP`]; 49,152 where the limit cannot be read
+/// or is unlimited.
 pub(crate) fn default_max_connections() -> usize {
-    const FALLBACK: usize = 49_152;
     #[cfg(unix)]
     {
         let mut limit = libc::rlimit {
@@ -173,11 +181,20 @@ pub(crate) fn default_max_connections() -> usize {
         // SAFETY: getrlimit writes one `rlimit` through the pointer.
         let read = unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } == 0;
         if read && limit.rlim_cur != libc::RLIM_INFINITY {
-            let soft = usize::try_from(limit.rlim_cur).unwrap_or(usize::MAX);
-            return (soft / 4 * 3).max(64);
+            return max_connections_for(Some(
+                usize::try_from(limit.rlim_cur).unwrap_or(usize::MAX),
+            ));
         }
     }
-    FALLBACK
+    max_connections_for(None)
+}
+
+/// [`default_max_connections`] for a soft descriptor limit of `soft`
+/// (`None`: unlimited or unknown).
+fn max_connections_for(soft: Option<usize>) -> usize {
+    soft.map_or(49_152, |soft| {
+        (soft / 4 * 3).clamp(64, DEFAULT_MAX_CONNECTIONS_CAP)
+    })
 }
 
 /// Raises the process's soft `RLIMIT_NOFILE` (file descriptors) to its
@@ -281,9 +298,16 @@ mod tests {
         assert_eq!(counts.held.lock().unwrap().total, 3);
     }
 
-    /// The default leaves a quarter of the descriptors (and is at least 64).
+    /// The default leaves a quarter of the descriptors, and is at least 64
+    /// and at most 65,536 however high the limit (a million descriptors
+    /// held would take tens of GiB).
     #[test]
     fn the_default_bound_leaves_a_quarter_of_the_descriptors() {
+        assert_eq!(max_connections_for(Some(20_000)), 15_000);
+        assert_eq!(max_connections_for(Some(1_024)), 768);
+        assert_eq!(max_connections_for(Some(50)), 64);
+        assert_eq!(max_connections_for(Some(1 << 20)), 65_536);
+        assert_eq!(max_connections_for(None), 49_152);
         let mut limit = libc::rlimit {
             rlim_cur: 0,
             rlim_max: 0,
@@ -292,7 +316,9 @@ mod tests {
             unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) },
             0
         );
-        let soft = limit.rlim_cur as usize;
-        assert_eq!(default_max_connections(), (soft / 4 * 3).max(64));
+        assert_eq!(
+            default_max_connections(),
+            max_connections_for(Some(limit.rlim_cur as usize))
+        );
     }
 }

@@ -78,7 +78,7 @@ pub mod ws_url;
 
 pub use bindings::ErrorCode;
 pub use config::{Config, Limits, TlsOptions};
-pub use connections::raise_descriptor_limit;
+pub use connections::{DEFAULT_MAX_CONNECTIONS_CAP, raise_descriptor_limit};
 
 // The exact wasmtime, wasmtime-wasi and tokio this crate is built against:
 // an embedder's store, linker and runtime must come from the same versions

@@ -4,13 +4,19 @@
 
 import { readFileSync } from "node:fs";
 
+/** The most `maxConnections` defaults to (host/src/connections.rs `DEFAULT_MAX_CONNECTIONS_CAP`). */
+export const MAX_CONNECTIONS_CAP = 65536;
+
 /**
  * The default of `maxConnections`: three quarters of the process's soft
  * "Max open files" limit (file descriptors) read from `limits` (Linux's
  * /proc/self/limits; Node has no getrlimit, and raises the soft limit to
  * the hard one at start), at least 64, so that a quarter stays for the
- * guests' dials, files and listeners; 49152 when the limit is unlimited
- * or cannot be read (host/src/connections.rs `default_max_connections`).
+ * guests' dials, files and listeners, and at most `MAX_CONNECTIONS_CAP`
+ * (65536: a held connection costs memory, and a hard limit of a million
+ * descriptors would otherwise let them take tens of GiB); 49152 when the
+ * limit is unlimited or cannot be read (host/src/connections.rs
+ * `default_max_connections`).
  */
 export function defaultMaxConnections(limits = "/proc/self/limits") {
   let soft;
@@ -19,7 +25,8 @@ export function defaultMaxConnections(limits = "/proc/self/limits") {
   } catch {
     // Not Linux, or no /proc.
   }
-  return soft === undefined ? 49152 : Math.max(64, Math.floor(Number(soft) / 4) * 3);
+  if (soft === undefined) return 49152;
+  return Math.min(MAX_CONNECTIONS_CAP, Math.max(64, Math.floor(Number(soft) / 4) * 3));
 }
 
 /** Defaults of host/src/config.rs `Limits`. Bytes are bytes, times milliseconds. */

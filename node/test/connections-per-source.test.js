@@ -359,6 +359,7 @@ test("every connection holds one of the host's places, loopback too; a refusal h
   assert.equal(defaultMaxConnections(limits("20000")), 15000);
   assert.equal(defaultMaxConnections(limits("1023")), 765);
   assert.equal(defaultMaxConnections(limits("50")), 64);
+  assert.equal(defaultMaxConnections(limits("1048576")), 65536);
   assert.equal(defaultMaxConnections(limits("unlimited")), 49152);
   assert.equal(defaultMaxConnections(join(dir, "missing")), 49152);
   assert.equal(DEFAULT_LIMITS.maxConnections, defaultMaxConnections());

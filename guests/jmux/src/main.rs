@@ -342,6 +342,12 @@ const MAX_WAITING_OPENS: usize = 64;
 /// never answers FIN, and says nothing when it frees it.
 const FAR_SIDE_FULL_RETRY: Duration = Duration::from_millis(100);
 
+/// How long an OPEN sent again after the peer refused it as one too many
+/// keeps new clients behind it while unanswered (500 ms): a few round
+/// trips, past which the peer has taken it (it is dialling) rather than
+/// refused it.
+const RESENT_OPEN_GATE: Duration = Duration::from_millis(500);
+
 /// A listener client whose channel waits for a place: for the id of a
 /// channel given up for it (the session frees it once the peer's CLOSE
 /// comes back), or for the peer to have room again after it refused the
@@ -372,6 +378,8 @@ struct OpenRetry {
     deadline: Instant,
     refused_before: bool,
     given_a_place: bool,
+    /// When the OPEN went.
+    sent: Instant,
 }
 
 /// What the client must hear once its channel opens.
@@ -1445,12 +1453,13 @@ impl Proxy {
                 "its source holds {held} channels, the most one source may (--max-channels-per-source)"
             ))
         } else {
-            let opened = if self.waiting_opens.is_empty() && !self.retried_open_in_flight() {
-                self.session.open(dest, now)
-            } else {
+            let behind = !self.waiting_opens.is_empty() || self.retried_open_in_flight(now);
+            let opened = if behind {
                 Err(ChannelError::TooManyChannels {
                     max: self.session.config().max_channels,
                 })
+            } else {
+                self.session.open(dest, now)
             };
             match opened {
                 Err(ChannelError::TooManyChannels { .. })
@@ -1473,6 +1482,9 @@ impl Proxy {
                     });
                     return;
                 }
+                Err(ChannelError::TooManyChannels { .. }) if behind => Err(
+                    "clients waiting for a place go first, and no channel of a larger source could be given up for it".to_string(),
+                ),
                 opened => opened.map_err(|e| e.to_string()),
             }
         };
@@ -1487,6 +1499,7 @@ impl Proxy {
                         deadline: now + self.handshake_limits.timeout,
                         refused_before: false,
                         given_a_place: false,
+                        sent: now,
                     })
                 });
                 self.start_chan(id, conn, greeting, pending, forward, source, retry);
@@ -1591,14 +1604,23 @@ impl Proxy {
     }
 
     /// Whether a client whose OPEN the peer refused as one too many before
-    /// has its OPEN on the way again, unanswered.
-    fn retried_open_in_flight(&mut self) -> bool {
+    /// has its OPEN on the way again, unanswered, sent less than
+    /// [`RESENT_OPEN_GATE`] ago. A refusal for lack of room comes back
+    /// within a round trip; an OPEN unanswered longer was taken by a peer
+    /// with room (it is dialling), and gates nobody: a target whose connect
+    /// hangs kept new clients out for the peer's connect timeout (the red
+    /// team of 2026-12-04, fifth round, F2).
+    fn retried_open_in_flight(&mut self, now: Instant) -> bool {
         let chans = &self.chans;
         self.retried_opens.retain(|id| {
             chans
                 .get(id.0 as usize)
                 .and_then(Option::as_ref)
-                .is_some_and(|c| c.retry.as_ref().is_some_and(|r| r.refused_before))
+                .is_some_and(|c| {
+                    c.retry
+                        .as_ref()
+                        .is_some_and(|r| r.refused_before && now < r.sent + RESENT_OPEN_GATE)
+                })
         });
         !self.retried_opens.is_empty()
     }
@@ -1643,8 +1665,14 @@ impl Proxy {
     /// channels quiet for 1 s, and an attacker sending a byte every 0.9 s
     /// on each kept them all (the red team of 2026-12-04, third round).
     /// Now a source can take from the larger ones until the shares are
-    /// even, its most active channels last. Channels whose OPEN is not
-    /// answered yet are not taken (their id stays until the answer).
+    /// even, its most active channels last. A channel whose OPEN is not
+    /// answered yet goes after the source's open ones, the oldest OPEN
+    /// first: its open is abandoned, its client refused, and its id comes
+    /// free once the peer answers (within the peer's connect timeout).
+    /// Before, they were never taken, and clients naming a target that
+    /// drops SYNs held every channel, each for the peer's connect timeout
+    /// and again as soon as it was refused (the red team of 2026-12-04,
+    /// third round, finding 2).
     /// O(channels in use), only when every channel is, and while none
     /// can be given up at most once per [`FAIR_SHARE_RETRY`] for sources
     /// as large.
@@ -1657,7 +1685,11 @@ impl Proxy {
             return false;
         }
         let per_source = &self.channels_per_source;
-        let mut best: Option<(u32, Instant, ChannelId)> = None;
+        // (source's count, open, Reverse(quiet since or OPEN sent)): the
+        // largest source first, its open channels before those whose OPEN
+        // is unanswered, the quietest (or the oldest OPEN) first.
+        type Rank = (u32, bool, std::cmp::Reverse<Instant>);
+        let mut best: Option<(Rank, ChannelId)> = None;
         for (i, chan) in self.chans.iter().enumerate() {
             let Some(chan) = chan else { continue };
             let Some(source) = chan.source else { continue };
@@ -1666,32 +1698,49 @@ impl Proxy {
                 continue;
             }
             let id = ChannelId(i as u32);
-            let Some(quiet) = self.session.quiet_since(id, now) else {
-                continue;
+            let (open, since) = match (self.session.quiet_since(id, now), &chan.retry) {
+                (Some(quiet), _) => (true, quiet),
+                (None, Some(retry)) if !chan.opened => (false, retry.sent),
+                (None, _) => continue,
             };
-            if best.is_none_or(|(c, q, _)| {
-                (count, std::cmp::Reverse(quiet)) > (c, std::cmp::Reverse(q))
-            }) {
-                best = Some((count, quiet, id));
+            let rank = (count, open, std::cmp::Reverse(since));
+            if best.as_ref().is_none_or(|(r, _)| rank > *r) {
+                best = Some((rank, id));
             }
         }
-        let Some((count, quiet, id)) = best else {
+        let Some(((count, open, std::cmp::Reverse(since)), id)) = best else {
             self.nothing_to_give_up = Some((now + FAIR_SHARE_RETRY, held));
             return false;
         };
+        // On a channel whose OPEN is unanswered the open is abandoned: the
+        // id is free once the peer answers (its connect timeout at most).
         let _ = self.session.abort(id);
-        drop(take_chan(
-            &mut self.chans,
-            &mut self.channels_per_source,
-            id,
-        ));
+        let chan = take_chan(&mut self.chans, &mut self.channels_per_source, id);
         let _ = self.session.release(id);
+        if let Some(Chan {
+            conn,
+            greeting,
+            forward,
+            retry: Some(retry),
+            opened: false,
+            ..
+        }) = chan
+        {
+            self.refuse_open(
+                conn,
+                &retry.dest,
+                greeting,
+                forward.is_some(),
+                "its channel was given up for a client of a smaller source before it opened",
+            );
+        }
         self.fair_share_evictions += 1;
         let n = self.fair_share_evictions;
         if n.is_power_of_two() {
+            let what = if open { "quiet" } else { "its OPEN unanswered" };
             eprintln!(
-                "jmux: {n} channel(s) given up so far for clients of smaller sources (every channel in use; this one quiet {} ms, its source holding {count})",
-                now.saturating_duration_since(quiet).as_millis()
+                "jmux: {n} channel(s) given up so far for clients of smaller sources (every channel in use, on this side or the peer's; this one {what} for {} ms, its source holding {count})",
+                now.saturating_duration_since(since).as_millis()
             );
         }
         true
@@ -1719,6 +1768,7 @@ impl Proxy {
                         deadline: w.deadline,
                         refused_before: w.refused_before,
                         given_a_place: w.given_a_place,
+                        sent: now,
                     });
                     self.start_chan(
                         id,

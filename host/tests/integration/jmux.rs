@@ -2286,20 +2286,10 @@ fn one_huge_pipe_message_of_tiny_jmux_messages_leaves_the_guest_serving() {
 #[test]
 fn hung_connects_hold_up_no_other_open() {
     const HANGING: u32 = 100;
-    let mut config = tunnel_config();
-    config.limits.connect_timeout = Duration::from_secs(3);
-    let runner = Arc::new(Runner::new(config, EngineKind::Cranelift).unwrap());
+    let runner = runner_with_connect_timeout(Duration::from_secs(3));
     let echo = PeerRuntime::new().unwrap();
     let echo_addr = echo.echo().unwrap();
-    let blackhole =
-        socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
-    blackhole
-        .bind(&SocketAddr::from(([127, 0, 0, 1], 0)).into())
-        .unwrap();
-    blackhole.listen(0).unwrap();
-    let hole = blackhole.local_addr().unwrap().as_socket().unwrap();
-    // Fills the accept queue: later SYNs are dropped.
-    let _fill = TcpStream::connect(hole).unwrap();
+    let (hole, _blackhole) = blackhole();
     let (_g, port) = server_guest(&runner, &["--allow-all"]);
     let rt = current_thread();
     rt.block_on(async {
@@ -2640,6 +2630,28 @@ fn a_client_of_a_smaller_source_takes_the_place_of_a_quiet_channel() {
     assert!(pair.is_running(), "{}", pair.describe());
 }
 
+/// A listener whose accept queue is full, so that connects to it hang
+/// (SYNs dropped): its address, and what keeps it so.
+fn blackhole() -> (SocketAddr, (socket2::Socket, TcpStream)) {
+    let listener =
+        socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    listener
+        .bind(&SocketAddr::from(([127, 0, 0, 1], 0)).into())
+        .unwrap();
+    listener.listen(0).unwrap();
+    let hole = listener.local_addr().unwrap().as_socket().unwrap();
+    // Fills the accept queue: later SYNs are dropped.
+    let fill = TcpStream::connect(hole).unwrap();
+    (hole, (listener, fill))
+}
+
+/// A runner for guests whose connects time out after `timeout`.
+fn runner_with_connect_timeout(timeout: Duration) -> Arc<Runner> {
+    let mut config = tunnel_config();
+    config.limits.connect_timeout = timeout;
+    Arc::new(Runner::new(config, EngineKind::Cranelift).unwrap())
+}
+
 /// A tunnel of two guests: the client side with a SOCKS5 listener (the
 /// address returned) and an HTTP one, `--max-channels=near` and
 /// `--max-channels-per-source=per_source` (loopback counted); the server
@@ -2802,6 +2814,116 @@ fn a_client_refused_by_a_smaller_far_side_takes_a_place_by_the_fair_share() {
         ),
     };
     assert!(closed, "the channel quiet longest was not closed");
+    assert!(pair.is_running(), "{}", pair.describe());
+}
+
+/// The red team of 2026-12-04, third round, finding 2: channels whose
+/// OPEN is unanswered were never given up, so clients naming a target
+/// that drops SYNs held every channel, each until the peer's connect
+/// timeout and again as soon as they were refused, and a client of
+/// another source was refused at once. Now such a channel goes (after the
+/// source's open ones, the oldest OPEN first): its client is refused, the
+/// open abandoned, and its id is the new client's once the peer answers.
+#[test]
+fn a_channel_whose_open_is_unanswered_can_be_given_up() {
+    const CAP: usize = 8;
+    let runner = runner_with_connect_timeout(Duration::from_secs(3));
+    let echo = PeerRuntime::new().unwrap();
+    let target = echo.echo().unwrap();
+    let (hole, _blackhole) = blackhole();
+    let (mut pair, socks) = capped_pair(&runner, CAP, CAP / 2, CAP);
+    // Every channel's OPEN hangs on the blackhole, from two sources.
+    let hanging: Vec<_> = (0..CAP)
+        .map(|i| {
+            let src = [127, 0, 0, 1 + (i % 2) as u8];
+            std::thread::spawn(move || {
+                let started = Instant::now();
+                let (code, _conn) = socks5_from(socks, hole, src);
+                (code, started.elapsed())
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(500));
+    let started = Instant::now();
+    let (code, mut conn) = socks5_from(socks, target, [127, 0, 0, 3]);
+    let waited = started.elapsed();
+    assert_eq!(
+        code, 0,
+        "a client of a third source was refused after {waited:?}"
+    );
+    conn.write_all(b"ping").unwrap();
+    let mut pong = [0u8; 4];
+    conn.read_exact(&mut pong).unwrap();
+    assert_eq!(&pong, b"ping");
+    let answers: Vec<(u8, Duration)> = hanging.into_iter().map(|h| h.join().unwrap()).collect();
+    assert!(
+        answers.iter().all(|(code, _)| *code != 0),
+        "a channel to the blackhole opened: {answers:?}"
+    );
+    assert!(
+        answers
+            .iter()
+            .any(|(_, after)| *after < Duration::from_secs(2)),
+        "no hanging client was refused before the connect timeout: {answers:?}"
+    );
+    assert!(pair.is_running(), "{}", pair.describe());
+}
+
+/// The red team of 2026-12-04, fifth round, F2: while a client's OPEN,
+/// sent again after the peer refused it as one too many, was unanswered,
+/// new clients waited behind it, and one whose target's connect hangs kept
+/// them out for the peer's connect timeout although both sides had room.
+/// Now an OPEN sent again gates new clients for 500 ms at most.
+#[test]
+fn an_open_sent_again_and_left_unanswered_keeps_no_one_out() {
+    use std::net::TcpListener;
+    const CAP: usize = 8;
+    let runner = runner_with_connect_timeout(Duration::from_secs(4));
+    let echo = PeerRuntime::new().unwrap();
+    let target = echo.echo().unwrap();
+    let silent = TcpListener::bind(local(0)).unwrap();
+    let silent_addr = silent.local_addr().unwrap();
+    std::thread::spawn(move || {
+        let held: Vec<_> = silent.incoming().take(16).collect();
+        std::thread::sleep(Duration::from_secs(60));
+        drop(held);
+    });
+    let (hole, _blackhole) = blackhole();
+    let (mut pair, socks) = capped_pair(&runner, CAP, CAP / 2, CAP);
+    let (a, b) = ([127, 0, 0, 1], [127, 0, 0, 2]);
+    // a's channels go to a target that never closes (the peer lingers on
+    // them), b's to an echo target; every channel in use on both sides.
+    let _quiet: Vec<TcpStream> = (0..CAP / 2)
+        .map(|_| socks5_from(socks, silent_addr, a))
+        .map(|(code, conn)| {
+            assert_eq!(code, 0);
+            conn
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(100));
+    let mut busy: Vec<TcpStream> = (0..CAP / 2)
+        .map(|_| socks5_from(socks, target, b))
+        .map(|(code, conn)| {
+            assert_eq!(code, 0);
+            conn
+        })
+        .collect();
+    // A third source's client to the blackhole: a's quietest channel is
+    // given up for it, the peer refuses its OPEN while it lingers (5 s),
+    // then takes the OPEN sent again and dials, for its connect timeout.
+    let started = Instant::now();
+    let hanging = std::thread::spawn(move || socks5_from(socks, hole, [127, 0, 0, 3]).0);
+    std::thread::sleep(Duration::from_millis(6_000).saturating_sub(started.elapsed()));
+    // One of b's channels ends; b opens another with both sides' room.
+    drop(busy.remove(0));
+    std::thread::sleep(Duration::from_millis(300));
+    let (code, _conn) = socks5_from(socks, target, b);
+    let at = started.elapsed();
+    assert_eq!(
+        code, 0,
+        "b was refused {at:?} after the hanging client came, with a channel free on both sides"
+    );
+    assert_ne!(hanging.join().unwrap(), 0, "the blackhole answered");
     assert!(pair.is_running(), "{}", pair.describe());
 }
 
