@@ -91,7 +91,7 @@ pub const PONG_DEBT_BYTES: usize = 16 * 1024;
 pub const CLOSE_POLICY_VIOLATION: u16 = 1008;
 
 /// Pings and unsolicited pongs one peer may send per second, sustained
-/// (64), and at most as many at once: past it the host fails the
+/// (64), with bursts of as many again: past it the host fails the
 /// connection with [`CLOSE_POLICY_VIOLATION`]. A peer that pinged as fast
 /// as it could and never read had the host parse every ping and write a
 /// pong for most (8.3 MB of pongs for 8.5 MB of pings before the kernel's

@@ -1122,8 +1122,8 @@ async fn a_ping_flood_is_cut_off_with_1008() {
             peak < 16 << 20,
             "host memory grew {peak} bytes under the ping flood ({sent} bytes of pings)"
         );
-        // Past MAX_CONTROL_FRAMES_PER_SECOND (64 a second, at most 64 at
-        // once) the connection is failed with 1008: before, the host parsed
+        // Past MAX_CONTROL_FRAMES_PER_SECOND (64 a second, bursts of 64
+        // more) the connection is failed with 1008: before, the host parsed
         // every ping, wrote 8.3 MB of pongs for 8.5 MB of pings, and kept
         // the connection.
         assert!(
