@@ -86,32 +86,6 @@ pub const CLOSE_GOING_AWAY: u16 = 1001;
 /// answer only the latest ping, tungstenite answers each).
 pub const PONG_DEBT_BYTES: usize = 16 * 1024;
 
-/// Close code the host sends a peer that breaks its policy (RFC 6455
-/// section 7.4.1): a flood of control frames.
-pub const CLOSE_POLICY_VIOLATION: u16 = 1008;
-
-/// Pings and unsolicited pongs one peer may send per second, sustained
-/// (64), with bursts of as many again: past it the host fails the
-/// connection with [`CLOSE_POLICY_VIOLATION`]. A peer that pinged as fast
-/// as it could and never read had the host parse every ping and write a
-/// pong for most (8.3 MB of pongs for 8.5 MB of pings before the kernel's
-/// buffers pushed back), and a peer answered only the latest ping of each
-/// read (RFC 6455 section 5.5.3) kept a CPU busy for gigabytes (the red
-/// team of 2026-12-03, eighth round, finding 8). HTTP/2 servers close on
-/// ping floods alike (CVE-2019-9512). A client pinging every second uses
-/// 1/64 of it.
-pub const MAX_CONTROL_FRAMES_PER_SECOND: u32 = 64;
-
-/// Whether a peer's control frame (ping or pong) arriving at `now` goes
-/// past [`MAX_CONTROL_FRAMES_PER_SECOND`]: a leaky bucket whose
-/// theoretical arrival time `tat` each frame moves on by one interval,
-/// allowed to run up to a second ahead of `now` (the burst).
-fn control_frame_flood(tat: &mut tokio::time::Instant, now: tokio::time::Instant) -> bool {
-    let interval = std::time::Duration::from_secs(1) / MAX_CONTROL_FRAMES_PER_SECOND;
-    *tat = (*tat).max(now) + interval;
-    tat.saturating_duration_since(now) > std::time::Duration::from_secs(1)
-}
-
 /// Bytes one message stream reads off its socket toward a message not yet
 /// complete before it draws on the host's `max_assembling_bytes` budget
 /// (see [`crate::config::Limits::max_assembling_bytes`]): messages up to
@@ -1025,8 +999,6 @@ async fn read_loop<S>(
 ) where
     S: AsyncRead + AsyncWrite + Unpin,
 {
-    // The peer's control frames' leaky bucket.
-    let mut control_tat = tokio::time::Instant::now();
     let end = loop {
         // Backpressure: while the inbound queue is full, or the pongs
         // owed to the peer wait for a flush, do not read the socket at all;
@@ -1041,12 +1013,10 @@ async fn read_loop<S>(
             })
             .await;
         let item = rx.next().await;
-        let mut flood = false;
         let charge = match &item {
             Some(Ok(WsMessage::Text(_) | WsMessage::Binary(_))) => assembly.message_delivered(),
             Some(Ok(WsMessage::Ping(p) | WsMessage::Pong(p))) => {
                 assembly.control_delivered(assembly.control_header + p.len());
-                flood = control_frame_flood(&mut control_tat, tokio::time::Instant::now());
                 0
             }
             _ => 0,
@@ -1076,28 +1046,6 @@ async fn read_loop<S>(
                         },
                     });
                     continue;
-                }
-                Some(Ok(WsMessage::Ping(_) | WsMessage::Pong(_))) if flood => {
-                    // Fail the connection: the close frame goes out after
-                    // what the guest queued; nothing more is read.
-                    let reason = "too many control frames";
-                    tracing::info!(
-                        "failing WebSocket connection: more than {MAX_CONTROL_FRAMES_PER_SECOND} pings and pongs a second"
-                    );
-                    if !st.close_queued {
-                        st.close_queued = true;
-                        st.outbound.push_back(WsMessage::Close(Some(CloseFrame {
-                            code: CLOSE_POLICY_VIOLATION.into(),
-                            reason: reason.into(),
-                        })));
-                    }
-                    st.close_info = Some(CloseInfo {
-                        code: CLOSE_POLICY_VIOLATION,
-                        reason: reason.into(),
-                    });
-                    break ErrorCode::ProtocolError(format!(
-                        "the peer sent more than {MAX_CONTROL_FRAMES_PER_SECOND} pings and pongs a second"
-                    ));
                 }
                 Some(Ok(WsMessage::Ping(ping))) => {
                     // tungstenite queued the pong; past the bound, have the

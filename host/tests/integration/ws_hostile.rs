@@ -1050,13 +1050,12 @@ fn rss_bytes() -> u64 {
 }
 
 #[tokio::test(flavor = "current_thread")]
-async fn a_ping_flood_is_cut_off_with_1008() {
+async fn a_ping_flood_from_a_peer_that_never_reads_is_pushed_back() {
     // Every ping is owed a pong (RFC 6455 section 5.5.2). A peer that pings
     // as fast as it can and never reads must be pushed back by TCP once
     // the pongs owed to it reach PONG_DEBT_BYTES, not grow the host's
     // write buffer (up to the maximal message plus 1 MiB: 65 MiB per
-    // connection by default, before this bound). And the host reads a
-    // peer's control frames at MAX_CONTROL_FRAMES_PER_SECOND only.
+    // connection by default, before this bound).
     tokio::time::timeout(Duration::from_secs(120), async {
         let runner = runner(local_config());
         let (listen, addr) = listen_address();
@@ -1072,68 +1071,45 @@ async fn a_ping_flood_is_cut_off_with_1008() {
                 .collect();
             let rss0 = rss_bytes();
             let (mut sent, mut peak) = (0usize, 0u64);
-            // Whether the host ended the connection (a write failed), else
-            // whether it pushed back (a write blocked for 1 s).
-            let (ended, pushed_back) = loop {
+            let pushed_back = loop {
                 peak = peak.max(rss_bytes().saturating_sub(rss0));
                 if sent >= 160 << 20 {
-                    break (false, false);
+                    break false;
                 }
                 match tokio::time::timeout(Duration::from_secs(1), tcp.write_all(&batch)).await {
-                    Ok(Ok(())) => {}
-                    Ok(Err(_)) => break (true, false),
-                    Err(_) => break (false, true),
+                    Ok(r) => r.unwrap(),
+                    Err(_) => break true,
                 }
                 sent += batch.len();
             };
             peak = peak.max(rss_bytes().saturating_sub(rss0));
             // Read what the host owes, then close cleanly.
-            // What the host sent: pongs, then its close frame (lost if
-            // the unread pings made its close a reset).
-            let mut got = Vec::new();
+            let mut pongs = 0usize;
             let mut buf = vec![0u8; 1 << 16];
-            let mut gone = false;
-            loop {
-                match tokio::time::timeout(Duration::from_millis(300), tcp.read(&mut buf)).await {
-                    Ok(Ok(0) | Err(_)) => {
-                        gone = true;
-                        break;
-                    }
-                    Ok(Ok(n)) => got.extend_from_slice(&buf[..n]),
-                    Err(_) => break,
+            while let Ok(Ok(n)) =
+                tokio::time::timeout(Duration::from_millis(300), tcp.read(&mut buf)).await
+            {
+                if n == 0 {
+                    break;
                 }
+                pongs += n;
             }
-            let policy_closed = got
-                .windows(4)
-                .any(|w| w[0] == 0x88 && w[2..] == [0x03, 0xF0]);
             let _ = tcp
                 .write_all(&frame(0x88, &close_payload(1000, ""), true))
                 .await;
-            let ended = ended || gone || policy_closed;
-            (ended, pushed_back, sent, peak, got.len())
+            (pushed_back, sent, peak, pongs)
         });
         let (out, peer) = tokio::join!(guest, peer);
-        let (ended, pushed_back, sent, peak, pongs) = peer.unwrap();
+        let (pushed_back, sent, peak, pongs) = peer.unwrap();
         assert!(
-            ended || pushed_back,
+            pushed_back,
             "the host read {sent} bytes of pings without pushing back"
         );
         assert!(
             peak < 16 << 20,
             "host memory grew {peak} bytes under the ping flood ({sent} bytes of pings)"
         );
-        // Past MAX_CONTROL_FRAMES_PER_SECOND (64 a second, bursts of 64
-        // more) the connection is failed with 1008: before, the host parsed
-        // every ping, wrote 8.3 MB of pongs for 8.5 MB of pings, and kept
-        // the connection.
-        assert!(
-            ended,
-            "the host kept a connection that sent {sent} bytes of pings (pushed back: {pushed_back})"
-        );
-        assert!(
-            pongs < 64 << 10,
-            "the host answered {pongs} bytes of pongs in a flood of {sent} bytes of pings"
-        );
+        assert!(pongs > 0, "no pong came back");
         assert!(out.success(), "{}", show(&out));
     })
     .await
@@ -1376,28 +1352,25 @@ async fn unfinished_messages_past_the_host_budget_fail_with_1013() {
     .expect("test deadline");
 }
 
-/// Opens a fragmented binary message of `total` bytes in 120 KiB
+/// Opens a fragmented binary message of `total` bytes in 60 KiB
 /// fragments, each followed by an empty pong (masked): the pongs must not
-/// make the host forget the fragments it holds. (120 KiB: the 6 MiB
-/// budgets below are past within 64 pongs, the control frames a peer may
-/// send at once, `MAX_CONTROL_FRAMES_PER_SECOND`.)
+/// make the host forget the fragments it holds.
 fn fragments_between_pongs(total: usize) -> Vec<u8> {
-    const FRAGMENT: usize = 120 << 10;
     let pong = frame(0x8a, b"", true);
-    let mut out = frame(0x02, &vec![0x41; FRAGMENT], true);
+    let mut out = frame(0x02, &vec![0x41; 60 << 10], true);
     out.extend_from_slice(&pong);
-    let mut sent = FRAGMENT;
+    let mut sent = 60 << 10;
     while sent < total {
-        out.extend(frame(0x00, &vec![0x41; FRAGMENT], true));
+        out.extend(frame(0x00, &vec![0x41; 60 << 10], true));
         out.extend_from_slice(&pong);
-        sent += FRAGMENT;
+        sent += 60 << 10;
     }
     out
 }
 
 /// Pongs (or pings) between the fragments of an unfinished message do not
 /// reset what the host counts against `max_assembling_bytes`: a peer that
-/// sends 8 MiB of fragments, a pong after each 120 KiB, under a 6 MiB
+/// sends 8 MiB of fragments, a pong after each 60 KiB, under a 6 MiB
 /// budget gets 1013. Before, each control frame reset the count, so a
 /// peer made the host hold up to `max_message_bytes` whatever the budget
 /// (the red team of 2026-12-03: 8 peers, +505 MiB under a 256 MiB budget).
