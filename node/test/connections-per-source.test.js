@@ -17,7 +17,7 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
-import { existsSync, mkdtempSync, writeFileSync } from "node:fs";
+import { existsSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { once, EventEmitter } from "node:events";
@@ -320,7 +320,7 @@ test("the host holds at most maxConnections connections over the WebSocket and T
   }
 });
 
-test("every connection holds one of the host's places, loopback too; a refusal holds nothing; the default leaves a quarter of the descriptors", () => {
+test("every connection holds one of the host's places, loopback too; a refusal holds nothing; the default leaves a quarter of the descriptors", (t) => {
   const sock = (addr) => Object.assign(new EventEmitter(), { remoteAddress: addr });
   const counts = new ConnectionsBySource(2, false, 3);
   const first = sock("10.0.0.1");
@@ -346,6 +346,7 @@ test("every connection holds one of the host's places, loopback too; a refusal h
   // Three quarters of the soft "Max open files" (at least 64), 49152
   // when unlimited or unreadable.
   const dir = mkdtempSync(join(tmpdir(), "tether-limits-"));
+  t.after(() => rmSync(dir, { recursive: true, force: true }));
   const limits = (soft) => {
     const path = join(dir, `limits-${soft}`);
     writeFileSync(

@@ -8,7 +8,7 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { execFileSync } from "node:child_process";
-import { mkdtempSync, writeFileSync } from "node:fs";
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { LookupPlaces, lookupPlaces } from "../src/net.js";
@@ -94,9 +94,11 @@ test("a host's places are the smaller of its two lookup limits", () => {
   assert.equal(lookupPlaces(small).max, 3);
 });
 
-test("libuv's pool starts with the lookup places plus 4 threads, from the host options only", () => {
+test("libuv's pool starts with the lookup places plus 4 threads, from the host options only", (t) => {
   const poolSize = new URL("../src/pool-size.js", import.meta.url).href;
-  const script = join(mkdtempSync(join(tmpdir(), "tether-pool-")), "print.mjs");
+  const dir = mkdtempSync(join(tmpdir(), "tether-pool-"));
+  t.after(() => rmSync(dir, { recursive: true, force: true }));
+  const script = join(dir, "print.mjs");
   // Imports pool-size.js first (as tether-node.mjs does), then makes the
   // pool start (40 reads at once) and counts its threads (libuv names
   // them `libuv-worker`): the variable must be set before the pool starts.

@@ -116,10 +116,12 @@ impl Proxy {
             Proxy::Tether(program) => {
                 let mut all = vec!["jmux".to_string()];
                 all.extend(args.iter().cloned());
+                let name = format!("tether-{role}");
                 Ok(End::Process(ProxyProcess::spawn(
                     program,
                     &all,
-                    &format!("tether-{role}"),
+                    &name,
+                    scratch_dir(&name)?,
                     None,
                 )?))
             }
@@ -145,17 +147,20 @@ impl Proxy {
                     .get_args()
                     .map(|a| a.to_string_lossy().into_owned())
                     .collect();
+                let name = format!("node-{role}");
                 Ok(End::Process(ProxyProcess::spawn(
                     &program,
                     &argv,
-                    &format!("node-{role}"),
+                    &name,
+                    scratch_dir(&name)?,
                     None,
                 )?))
             }
             Proxy::Jetsocat(program) => {
                 let program = require_jetsocat(program)?;
                 let name = format!("jetsocat-{role}");
-                let log = log_dir()?.join(format!("{name}-{}.log", free_port()?));
+                let scratch = scratch_dir(&name)?;
+                let log = scratch.path().join("jetsocat.log");
                 let mut all = vec!["jmux-proxy".to_string()];
                 all.extend(args.iter().cloned());
                 // Never a proxy from the environment; logs to a file of
@@ -166,6 +171,7 @@ impl Proxy {
                     &program,
                     &all,
                     &name,
+                    scratch,
                     Some(log),
                 )?))
             }
@@ -173,18 +179,26 @@ impl Proxy {
     }
 }
 
-fn log_dir() -> anyhow::Result<PathBuf> {
-    let dir = std::env::temp_dir().join(format!("tether-jmux-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-    Ok(dir)
+/// A new directory under the system's temp dir for one proxy process's
+/// logs; [`ProxyProcess`] removes it.
+fn scratch_dir(name: &str) -> anyhow::Result<tempfile::TempDir> {
+    tempfile::Builder::new()
+        .prefix(&format!("tether-jmux-{name}-"))
+        .tempdir()
+        .context("creating a log directory in the temp dir")
 }
 
-/// A JMUX proxy child process. Dropping it kills it and waits for it.
+/// A JMUX proxy child process. Dropping it kills it, waits for it and
+/// removes its log directory, unless the process had already exited on its
+/// own: then the log stays for whoever reads the error that named it.
 pub struct ProxyProcess {
     child: Child,
     name: String,
-    /// Where its log goes (its stderr, or jetsocat's `--log-file`).
+    /// Where its log goes (its stderr, or jetsocat's `--log-file`), inside
+    /// `scratch`.
     log: PathBuf,
+    /// The directory of its logs; `None` once kept.
+    scratch: Option<tempfile::TempDir>,
 }
 
 impl ProxyProcess {
@@ -192,9 +206,10 @@ impl ProxyProcess {
         program: &Path,
         args: &[String],
         name: &str,
+        scratch: tempfile::TempDir,
         log: Option<PathBuf>,
     ) -> anyhow::Result<ProxyProcess> {
-        let stderr_log = log_dir()?.join(format!("{name}-{}.stderr", free_port()?));
+        let stderr_log = scratch.path().join("stderr.log");
         let stderr = File::create(&stderr_log)?;
         let child = Command::new(program)
             .args(args)
@@ -207,6 +222,7 @@ impl ProxyProcess {
             child,
             name: name.to_string(),
             log: log.unwrap_or(stderr_log),
+            scratch: Some(scratch),
         })
     }
 
@@ -240,8 +256,12 @@ impl ProxyProcess {
 
 impl Drop for ProxyProcess {
     fn drop(&mut self) {
+        let exited_on_its_own = !self.is_running();
         let _ = self.child.kill();
         let _ = self.child.wait();
+        if exited_on_its_own && let Some(dir) = self.scratch.take() {
+            let _ = dir.keep();
+        }
     }
 }
 
@@ -422,5 +442,38 @@ mod tests {
         .err()
         .expect("no pair without jetsocat");
         assert!(e.to_string().contains("/nonexistent/jetsocat"), "{e}");
+    }
+
+    /// A proxy process's logs go when it is dropped (each run used to leave
+    /// a directory of them in the temp dir), unless it had exited on its own.
+    #[test]
+    fn a_proxy_process_leaves_no_logs_behind_unless_it_failed() {
+        let bin = tempfile::tempdir().unwrap();
+        let script = |name: &str, body: &str| {
+            let path = bin.path().join(name);
+            std::fs::write(&path, format!("#!/bin/sh\n{body}\n")).unwrap();
+            let mut perms = std::fs::metadata(&path).unwrap().permissions();
+            std::os::unix::fs::PermissionsExt::set_mode(&mut perms, 0o755);
+            std::fs::set_permissions(&path, perms).unwrap();
+            path
+        };
+        let log_of = |proxy: &Proxy| match proxy.start("client", &[]).unwrap() {
+            End::Process(mut p) => {
+                std::thread::sleep(Duration::from_millis(200));
+                let log = p.log.clone();
+                assert!(log.exists(), "{}", log.display());
+                let running = p.is_running();
+                drop(p);
+                (log, running)
+            }
+            End::Guest(_) => unreachable!(),
+        };
+        let (log, running) = log_of(&Proxy::Tether(script("runs", "echo up >&2; exec sleep 30")));
+        assert!(running);
+        assert!(!log.exists(), "{} is left behind", log.display());
+        let (log, running) = log_of(&Proxy::Tether(script("fails", "echo broken >&2; exit 3")));
+        assert!(!running);
+        assert_eq!(std::fs::read_to_string(&log).unwrap(), "broken\n");
+        std::fs::remove_dir_all(log.parent().unwrap()).unwrap();
     }
 }

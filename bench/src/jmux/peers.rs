@@ -12,7 +12,7 @@
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -263,18 +263,19 @@ async fn serve_http2(
     Ok(())
 }
 
-/// Writes `data` to a file under the system's temp dir (once per name and
-/// process) and returns its path, for `curl -T`.
+/// Writes `data` to a new file under the system's temp dir (its name starts
+/// with `tether-jmux-` and `name`) and returns its path, for `curl -T`.
+/// Dropping the returned path removes the file, so a run leaves nothing in
+/// the temp dir (an 8 MiB upload per run used to stay behind).
 ///
 /// Errors: the file could not be written.
-pub fn data_file(name: &str, data: &[u8]) -> anyhow::Result<PathBuf> {
-    let dir = std::env::temp_dir().join(format!("tether-jmux-{}", std::process::id()));
-    std::fs::create_dir_all(&dir)?;
-    let path = dir.join(name);
-    if std::fs::metadata(&path).map(|m| m.len() as usize).ok() != Some(data.len()) {
-        std::fs::write(&path, data)?;
-    }
-    Ok(path)
+pub fn data_file(name: &str, data: &[u8]) -> anyhow::Result<tempfile::TempPath> {
+    let mut file = tempfile::Builder::new()
+        .prefix(&format!("tether-jmux-{name}-"))
+        .tempfile()
+        .context("creating an upload file in the temp dir")?;
+    file.write_all(data).context("writing the upload file")?;
+    Ok(file.into_temp_path())
 }
 
 /// Runs `curl` with `args` and returns its stdout.
