@@ -86,6 +86,85 @@ pub const CLOSE_GOING_AWAY: u16 = 1001;
 /// answer only the latest ping, tungstenite answers each).
 pub const PONG_DEBT_BYTES: usize = 16 * 1024;
 
+/// Pings and pongs per second (sustained) the host reads from one peer,
+/// with bursts of as many again: past it the host stops reading that
+/// peer's socket until the pace allows the next control frame, so TCP
+/// pushes the peer back. The guest never sees control frames and cannot
+/// refuse them, so the host bounds them: before, a peer sending empty pings
+/// as fast as it could (and reading the pongs) had the host parse them as
+/// fast as they came, with nothing to push it back (red team 2026-12-03,
+/// eighth round, finding 8). A burst of 1,000 pings is answered at once
+/// (RFC 6455 section 5.5.2; the host may answer only the latest of a read,
+/// section 5.5.3), and a client pinging every 10 ms uses a tenth of it.
+pub const CONTROL_FRAMES_PER_SECOND: u32 = 1024;
+
+/// How long (ms) a peer may keep sending control frames past
+/// [`CONTROL_FRAMES_PER_SECOND`] before the host fails the connection with
+/// [`CLOSE_POLICY_VIOLATION`]: a flood, whose backlog would otherwise hold
+/// the connection (and its close frame) for as long as the kernel's
+/// buffers take at the pace, up to about 1,000 s.
+pub const CONTROL_FLOOD_MS: u64 = 2_000;
+
+/// Close code the host sends a peer that breaks its policy (RFC 6455
+/// section 7.4.1): a flood of control frames ([`CONTROL_FLOOD_MS`]).
+pub const CLOSE_POLICY_VIOLATION: u16 = 1008;
+
+/// What the host does after reading one of the peer's control frames.
+#[derive(Debug, PartialEq, Eq)]
+enum Pace {
+    /// Read on.
+    Read,
+    /// Read again at this time, not before.
+    WaitUntil(tokio::time::Instant),
+    /// Fail the connection: past the pace for [`CONTROL_FLOOD_MS`].
+    Flood,
+}
+
+/// The peer's control-frame pace ([`CONTROL_FRAMES_PER_SECOND`]): a leaky
+/// bucket (GCRA) whose theoretical arrival time moves on by one interval
+/// per ping or pong read, and may run up to one second ahead of now.
+#[derive(Debug)]
+struct ControlPace {
+    /// When the bucket would be empty again.
+    tat: tokio::time::Instant,
+    /// Since when every control frame read has been past the pace.
+    over_since: Option<tokio::time::Instant>,
+}
+
+impl ControlPace {
+    fn new(now: tokio::time::Instant) -> ControlPace {
+        ControlPace {
+            tat: now,
+            over_since: None,
+        }
+    }
+
+    /// Counts one control frame read at `now`. The peer is past its pace
+    /// while the bucket is within 100 ms of full (a timer wakes the reader
+    /// up to a millisecond late, so a flood paced by it never quite fills
+    /// the bucket); a flood once that has lasted [`CONTROL_FLOOD_MS`], or
+    /// once what was read runs that far past the full bucket at once.
+    fn read_one(&mut self, now: tokio::time::Instant) -> Pace {
+        use std::time::Duration;
+        let interval = Duration::from_secs(1) / CONTROL_FRAMES_PER_SECOND;
+        let flood = Duration::from_millis(CONTROL_FLOOD_MS);
+        self.tat = self.tat.max(now) + interval;
+        let ahead = self.tat - now;
+        if ahead <= Duration::from_millis(900) {
+            self.over_since = None;
+        } else if now - *self.over_since.get_or_insert(now) > flood
+            || ahead > Duration::from_secs(1) + flood
+        {
+            return Pace::Flood;
+        }
+        if ahead <= Duration::from_secs(1) {
+            Pace::Read
+        } else {
+            Pace::WaitUntil(self.tat - Duration::from_secs(1))
+        }
+    }
+}
+
 /// Bytes one message stream reads off its socket toward a message not yet
 /// complete before it draws on the host's `max_assembling_bytes` budget
 /// (see [`crate::config::Limits::max_assembling_bytes`]): messages up to
@@ -999,10 +1078,16 @@ async fn read_loop<S>(
 ) where
     S: AsyncRead + AsyncWrite + Unpin,
 {
+    let mut control_pace = ControlPace::new(tokio::time::Instant::now());
+    let mut paused_until = None;
     let end = loop {
+        if let Some(resume) = paused_until.take() {
+            tokio::time::sleep_until(resume).await;
+        }
         // Backpressure: while the inbound queue is full, or the pongs
-        // owed to the peer wait for a flush, do not read the socket at all;
-        // the kernel buffers fill and TCP stalls the peer.
+        // owed to the peer wait for a flush, or the peer's pings and pongs
+        // ran ahead of their pace, do not read the socket at all; the
+        // kernel buffers fill and TCP stalls the peer.
         shared
             .inbound_room
             .wait_until(|| {
@@ -1021,6 +1106,15 @@ async fn read_loop<S>(
             }
             _ => 0,
         };
+        let mut flood = false;
+        if let Some(Ok(WsMessage::Ping(_) | WsMessage::Pong(_))) = &item {
+            match control_pace.read_one(tokio::time::Instant::now()) {
+                Pace::Read => {}
+                // Handle this frame, then wait before the next read.
+                Pace::WaitUntil(resume) => paused_until = Some(resume),
+                Pace::Flood => flood = true,
+            }
+        }
         {
             let mut st = shared.lock();
             let message = match item {
@@ -1046,6 +1140,28 @@ async fn read_loop<S>(
                         },
                     });
                     continue;
+                }
+                Some(Ok(WsMessage::Ping(_) | WsMessage::Pong(_))) if flood => {
+                    // Fail the connection: the close frame goes out after
+                    // what the guest queued; nothing more is read.
+                    let reason = "too many pings and pongs";
+                    tracing::info!(
+                        "failing WebSocket connection: pings and pongs past {CONTROL_FRAMES_PER_SECOND} a second for {CONTROL_FLOOD_MS} ms"
+                    );
+                    if !st.close_queued {
+                        st.close_queued = true;
+                        st.outbound.push_back(WsMessage::Close(Some(CloseFrame {
+                            code: CLOSE_POLICY_VIOLATION.into(),
+                            reason: reason.into(),
+                        })));
+                    }
+                    st.close_info = Some(CloseInfo {
+                        code: CLOSE_POLICY_VIOLATION,
+                        reason: reason.into(),
+                    });
+                    break ErrorCode::ProtocolError(format!(
+                        "the peer sent pings and pongs past {CONTROL_FRAMES_PER_SECOND} a second for {CONTROL_FLOOD_MS} ms"
+                    ));
                 }
                 Some(Ok(WsMessage::Ping(ping))) => {
                     // tungstenite queued the pong; past the bound, have the
@@ -2097,5 +2213,80 @@ impl wit::HostListener for TetherCtxView<'_> {
     fn drop(&mut self, this: Resource<Listener>) -> wasmtime::Result<()> {
         self.table.delete(this)?;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    /// A second's worth of control frames goes at once; past it, each one
+    /// waits its interval; an idle second refills the burst; a peer past
+    /// the pace for CONTROL_FLOOD_MS is a flood.
+    #[test]
+    fn control_frames_pass_in_a_burst_then_at_their_pace() {
+        let t0 = tokio::time::Instant::now();
+        let mut pace = ControlPace::new(t0);
+        let burst = CONTROL_FRAMES_PER_SECOND as usize;
+        let paces: Vec<_> = (0..burst + 3).map(|_| pace.read_one(t0)).collect();
+        assert!(paces[..burst].iter().all(|p| *p == Pace::Read), "{paces:?}");
+        let interval = Duration::from_secs(1) / CONTROL_FRAMES_PER_SECOND;
+        let after: Vec<_> = paces[burst..]
+            .iter()
+            .map(|p| match p {
+                Pace::WaitUntil(t) => *t,
+                p => panic!("{p:?}"),
+            })
+            .collect();
+        assert!(after[0] > t0 && after[0] <= t0 + interval, "{after:?}");
+        assert!(
+            after.windows(2).all(|w| w[1] - w[0] == interval),
+            "{after:?}"
+        );
+        let later = t0 + Duration::from_secs(3);
+        assert!((0..burst).all(|_| pace.read_one(later) == Pace::Read));
+        // Past the pace, read as soon as allowed: a flood once that has
+        // lasted CONTROL_FLOOD_MS.
+        let mut now = later;
+        let flood_at = loop {
+            match pace.read_one(now) {
+                Pace::WaitUntil(t) => now = t,
+                Pace::Flood => break now,
+                Pace::Read => panic!("read at {:?}", now - later),
+            }
+        };
+        let over = flood_at - later;
+        assert!(
+            over > Duration::from_millis(CONTROL_FLOOD_MS)
+                && over <= Duration::from_millis(CONTROL_FLOOD_MS) + interval,
+            "{over:?}"
+        );
+        // Woken up to a millisecond late, a flood is still one.
+        let mut pace = ControlPace::new(t0);
+        let mut now = t0;
+        let flood_at = loop {
+            match pace.read_one(now) {
+                Pace::WaitUntil(t) => now = t + Duration::from_millis(1),
+                Pace::Read => {}
+                Pace::Flood => break now,
+            }
+        };
+        assert!(flood_at - t0 < Duration::from_millis(CONTROL_FLOOD_MS + 1_200));
+        // A peer that reads ahead a backlog of more than CONTROL_FLOOD_MS at
+        // once is one at once.
+        let mut pace = ControlPace::new(t0);
+        let read = (0..4 * burst).take_while(|_| pace.read_one(t0) != Pace::Flood);
+        assert_eq!(read.count(), 3 * burst);
+        // A peer at half the pace is never a flood, nor one that slows down
+        // after its burst.
+        let mut pace = ControlPace::new(t0);
+        assert!((0..10 * burst).all(|k| pace.read_one(t0 + interval * 2 * k as u32) == Pace::Read));
+        let mut pace = ControlPace::new(t0);
+        assert!((0..burst).all(|_| pace.read_one(t0) == Pace::Read));
+        assert!((1..10 * burst).all(|k| {
+            let now = t0 + Duration::from_secs(1) + interval * 2 * k as u32;
+            pace.read_one(now) == Pace::Read
+        }));
     }
 }

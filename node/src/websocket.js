@@ -51,6 +51,54 @@ const REFUSED_BUSY = "HTTP/1.1 503 Service Unavailable\r\nConnection: close\r\nC
 const CLOSE_TRY_AGAIN_LATER = 1013;
 
 /**
+ * Pings and pongs per second (sustained) the host reads from one peer, with
+ * bursts of as many again; past it the host pauses that peer's socket until
+ * the pace allows the next one, so TCP pushes the peer back
+ * (host/src/websocket.rs CONTROL_FRAMES_PER_SECOND). The guest never sees
+ * control frames and cannot refuse them, so the host bounds them.
+ */
+export const CONTROL_FRAMES_PER_SECOND = 1024;
+
+/**
+ * How long (ms) a peer may keep sending control frames past the pace before
+ * the host fails the connection with CLOSE_POLICY_VIOLATION
+ * (host/src/websocket.rs CONTROL_FLOOD_MS).
+ */
+export const CONTROL_FLOOD_MS = 2000;
+
+/** Close code 1008, Policy Violation (RFC 6455 section 7.4.1): a flood of pings and pongs. */
+export const CLOSE_POLICY_VIOLATION = 1008;
+
+/**
+ * A peer's control-frame pace: a leaky bucket (GCRA) whose theoretical
+ * arrival time (ms) moves on by one interval per ping or pong read and may
+ * run up to one second ahead of now (host/src/websocket.rs ControlPace,
+ * the same rules).
+ */
+export class ControlPace {
+  constructor(nowMs) {
+    this.tat = nowMs;
+    this.overSince = null;
+  }
+  /**
+   * Counts one control frame read at `nowMs`: the ms to wait before reading
+   * on (0: read on), or "flood" once the peer has kept the bucket within
+   * 100 ms of full for CONTROL_FLOOD_MS, or read that far past it at once
+   * (`ws` reads a whole chunk of frames before the socket can pause).
+   */
+  readOne(nowMs) {
+    this.tat = Math.max(this.tat, nowMs) + 1000 / CONTROL_FRAMES_PER_SECOND;
+    const ahead = this.tat - nowMs;
+    if (ahead <= 900) this.overSince = null;
+    else {
+      if (this.overSince === null) this.overSince = nowMs;
+      if (nowMs - this.overSince > CONTROL_FLOOD_MS || ahead > 1000 + CONTROL_FLOOD_MS) return "flood";
+    }
+    return Math.max(0, ahead - 1000);
+  }
+}
+
+/**
  * What one stream read off its socket toward messages not yet handed
  * over, charged to the host-wide `maxAssemblingBytes` past
  * ASSEMBLY_ALLOWANCE_BYTES (host/src/websocket.rs `Assembly`): the socket's
@@ -116,6 +164,10 @@ class Conn {
     this.inboundBytes = 0;
     this.outboundBytes = 0;
     this.paused = false;
+    // The peer's control-frame pace, and the timer that resumes reading
+    // once it allows the next one.
+    this.pace = new ControlPace(performance.now());
+    this.paceTimer = null;
     this.blockedLen = 0;
     this.dropped = false;
     this.unsent = new Set();
@@ -136,7 +188,10 @@ class Conn {
     });
     ws.binaryType = "nodebuffer";
     ws.on("message", (data, isBinary) => this.onMessage(data, isBinary));
-    ws.on("pong", (data) => this.assembly.controlDelivered(data.length));
+    ws.on("pong", (data) => {
+      this.assembly.controlDelivered(data.length);
+      this.controlRead();
+    });
     ws.on("close", (code, reason) => this.onClose(code, reason));
     ws.on("error", (err) => this.onError(err));
     // Pings are answered by the host, the most recent one only when they
@@ -145,6 +200,7 @@ class Conn {
     this.pong = null;
     ws.on("ping", (data) => {
       this.assembly.controlDelivered(data.length);
+      this.controlRead();
       const first = this.pong === null;
       this.pong = data;
       if (first) {
@@ -155,6 +211,35 @@ class Conn {
         });
       }
     });
+  }
+
+  /** A ping or pong was read: past its pace, stop reading until the pace allows the next. */
+  controlRead() {
+    if (this.failure || this.ended) return;
+    const wait = this.pace.readOne(performance.now());
+    if (wait === "flood") return this.controlFlood();
+    if (wait === 0 || this.paceTimer !== null) return;
+    this.ws.pause();
+    this.paceTimer = setTimeout(() => {
+      this.paceTimer = null;
+      if (!this.paused && !this.spent && !this.ended) this.ws.resume();
+    }, Math.ceil(wait));
+  }
+
+  /**
+   * The peer kept its pings and pongs past their pace for CONTROL_FLOOD_MS:
+   * the stream fails with 1008 and reads no more (the guest gets
+   * `protocol-error` after the messages queued before).
+   */
+  controlFlood() {
+    this.spent = true;
+    this.failure = E.protocolError(`the peer sent pings and pongs past ${CONTROL_FRAMES_PER_SECOND} a second for ${CONTROL_FLOOD_MS} ms`);
+    this.closeInfo = { code: CLOSE_POLICY_VIOLATION, reason: "too many pings and pongs" };
+    this.closing = true;
+    this.ws.close(CLOSE_POLICY_VIOLATION, "too many pings and pongs");
+    this.ws.pause();
+    this.linger = setTimeout(() => this.ws.terminate(), this.host.limits.lingerTimeoutMs);
+    this.signal.wake();
   }
 
   /**
@@ -222,6 +307,8 @@ class Conn {
     }
     this.releaseOutbound();
     if (this.linger) clearTimeout(this.linger);
+    if (this.paceTimer !== null) clearTimeout(this.paceTimer);
+    this.paceTimer = null;
     this.host.conns.delete(this);
     this.signal.wake();
     this.host.changed.wake();
@@ -239,7 +326,7 @@ class Conn {
     if (this.inbound.length === 0) this.releaseQueuedCharge();
     if (this.paused && !this.spent && this.inboundBytes < this.host.limits.inboundBufferBytes) {
       this.paused = false;
-      this.ws.resume();
+      if (this.paceTimer === null) this.ws.resume();
     }
     return msg;
   }

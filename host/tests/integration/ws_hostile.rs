@@ -1116,6 +1116,79 @@ async fn a_ping_flood_from_a_peer_that_never_reads_is_pushed_back() {
     .expect("test deadline");
 }
 
+/// Empty pings (6 bytes each, masked) as fast as a peer can send them,
+/// while it reads the pongs: every ping is work the guest never sees and
+/// cannot refuse, so the host alone must bound it (red team 2026-12-03,
+/// eighth round, finding 8). The host reads at most
+/// CONTROL_FRAMES_PER_SECOND of them a second past a burst, and fails the
+/// connection with 1008 once the peer has stayed past that pace for
+/// CONTROL_FLOOD_MS; before, it parsed them as fast as they came, for as
+/// long as the peer liked.
+#[tokio::test(flavor = "current_thread")]
+async fn a_ping_flood_is_paced_then_failed_with_1008() {
+    tokio::time::timeout(Duration::from_secs(120), async {
+        let runner = runner(local_config());
+        let (listen, addr) = listen_address();
+        let guest = probe(&runner, &["ws-serve-hold", &listen, "0"]);
+        let peer = peer_runtime().spawn(async move {
+            let (mut rd, mut wr) = raw_upgrade(addr).await.into_split();
+            let received = tokio::spawn(async move {
+                let (mut got, mut buf) = (Vec::new(), vec![0u8; 1 << 16]);
+                let give_up = tokio::time::Instant::now() + Duration::from_secs(15);
+                while let Ok(Ok(n)) = tokio::time::timeout_at(give_up, rd.read(&mut buf)).await {
+                    if n == 0 {
+                        break;
+                    }
+                    got.extend_from_slice(&buf[..n]);
+                }
+                got
+            });
+            let ping = frame(0x89, &[], true);
+            let batch: Vec<u8> = ping
+                .iter()
+                .copied()
+                .cycle()
+                .take(ping.len() * 10_000)
+                .collect();
+            let started = std::time::Instant::now();
+            let mut sent = 0usize;
+            while sent < 512 << 20 && started.elapsed() < Duration::from_secs(8) {
+                match tokio::time::timeout(Duration::from_secs(1), wr.write_all(&batch)).await {
+                    Ok(Ok(())) => sent += batch.len(),
+                    Ok(Err(_)) | Err(_) => break,
+                }
+            }
+            let took = started.elapsed();
+            let got = received.await.unwrap();
+            (sent, took, got)
+        });
+        let (out, peer) = tokio::join!(guest, peer);
+        let (sent, took, got) = peer.unwrap();
+        assert!(
+            sent < 64 << 20,
+            "the host read {sent} bytes of empty pings in {took:?}"
+        );
+        assert!(got.starts_with(&[0x8a, 0x00]), "no pong came back first");
+        let close = [0x88, 0x1a, 0x03, 0xf0];
+        let at = got.windows(4).position(|w| w == close);
+        assert!(
+            at.is_some(),
+            "no 1008 close after {sent} bytes of pings in {took:?}; the last bytes: {:?}",
+            &got[got.len().saturating_sub(8)..]
+        );
+        assert!(
+            String::from_utf8_lossy(&got[at.unwrap() + 4..])
+                .starts_with("too many pings and pongs"),
+            "{:?}",
+            &got[at.unwrap()..]
+        );
+        let text = show(&out);
+        assert!(out.success() && text.contains("code=1008"), "{text}");
+    })
+    .await
+    .expect("test deadline");
+}
+
 /// Empty messages in a flood (each two bytes on the wire).
 const EMPTY_FLOOD: usize = 2_000_000;
 
