@@ -1049,6 +1049,11 @@ fn rss_bytes() -> u64 {
     kib * 1024
 }
 
+/// `n` masked pings with `payload`, back to back.
+fn pings(payload: &[u8], n: usize) -> Vec<u8> {
+    frame(0x89, payload, true).repeat(n)
+}
+
 #[tokio::test(flavor = "current_thread")]
 async fn a_ping_flood_from_a_peer_that_never_reads_is_pushed_back() {
     // Every ping is owed a pong (RFC 6455 section 5.5.2). A peer that pings
@@ -1062,13 +1067,7 @@ async fn a_ping_flood_from_a_peer_that_never_reads_is_pushed_back() {
         let guest = probe(&runner, &["ws-serve-hold", &listen, "0"]);
         let peer = peer_runtime().spawn(async move {
             let mut tcp = raw_upgrade(addr).await;
-            let ping = frame(0x89, &[0x70; 125], true);
-            let batch: Vec<u8> = ping
-                .iter()
-                .copied()
-                .cycle()
-                .take(ping.len() * 512)
-                .collect();
+            let batch = pings(&[0x70; 125], 512);
             let rss0 = rss_bytes();
             let (mut sent, mut peak) = (0usize, 0u64);
             let pushed_back = loop {
@@ -1143,13 +1142,7 @@ async fn a_ping_flood_is_paced_then_failed_with_1008() {
                 }
                 got
             });
-            let ping = frame(0x89, &[], true);
-            let batch: Vec<u8> = ping
-                .iter()
-                .copied()
-                .cycle()
-                .take(ping.len() * 10_000)
-                .collect();
+            let batch = pings(&[], 10_000);
             let started = std::time::Instant::now();
             let mut sent = 0usize;
             while sent < 512 << 20 && started.elapsed() < Duration::from_secs(8) {
