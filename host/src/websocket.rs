@@ -87,16 +87,22 @@ pub const CLOSE_GOING_AWAY: u16 = 1001;
 pub const PONG_DEBT_BYTES: usize = 16 * 1024;
 
 /// Pings and pongs per second (sustained) the host reads from one peer,
-/// with bursts of as many again: past it the host stops reading that
-/// peer's socket until the pace allows the next control frame, so TCP
-/// pushes the peer back. The guest never sees control frames and cannot
-/// refuse them, so the host bounds them: before, a peer sending empty pings
-/// as fast as it could (and reading the pongs) had the host parse them as
-/// fast as they came, with nothing to push it back (red team 2026-12-03,
-/// eighth round, finding 8). A burst of 1,000 pings is answered at once
-/// (RFC 6455 section 5.5.2; the host may answer only the latest of a read,
-/// section 5.5.3), and a client pinging every 10 ms uses a tenth of it.
-pub const CONTROL_FRAMES_PER_SECOND: u32 = 1024;
+/// past a burst of [`CONTROL_FRAME_BURST`]: past that pace the host stops
+/// reading the peer's socket until the pace allows the next control frame,
+/// so TCP pushes the peer back. The guest never sees control frames and
+/// cannot refuse them, so the host bounds them: before, a peer sending
+/// empty pings as fast as it could (and reading the pongs) had the host
+/// parse them as fast as they came, with nothing to push it back (red team
+/// 2026-12-03, eighth round, finding 8). A client pinging every second
+/// (keepalive) uses 1/64 of it; 64 a second, each a few microseconds, keep
+/// 15,000 connections at it within a core.
+pub const CONTROL_FRAMES_PER_SECOND: u32 = 64;
+
+/// Pings and pongs a peer may send at once before
+/// [`CONTROL_FRAMES_PER_SECOND`] paces it: a burst of 1,000 pings is
+/// answered at once (RFC 6455 section 5.5.2; the host may answer only the
+/// latest of a read, section 5.5.3). An idle peer earns it back in 16 s.
+pub const CONTROL_FRAME_BURST: u32 = 1024;
 
 /// How long (ms) a peer may keep sending control frames past
 /// [`CONTROL_FRAMES_PER_SECOND`] before the host fails the connection with
@@ -122,16 +128,25 @@ enum Pace {
 
 /// The peer's control-frame pace ([`CONTROL_FRAMES_PER_SECOND`]): a leaky
 /// bucket (GCRA) whose theoretical arrival time moves on by one interval
-/// per ping or pong read, and may run up to one second ahead of now.
+/// per ping or pong read, and may run up to [`CONTROL_FRAME_BURST`]
+/// intervals ahead of now.
 #[derive(Debug)]
 struct ControlPace {
     /// When the bucket would be empty again.
     tat: tokio::time::Instant,
-    /// Since when every control frame read has been past the pace.
+    /// Since when the bucket has been (nearly) full.
     over_since: Option<tokio::time::Instant>,
 }
 
 impl ControlPace {
+    /// One control frame's share of the pace.
+    const INTERVAL: std::time::Duration =
+        std::time::Duration::from_nanos(1_000_000_000 / CONTROL_FRAMES_PER_SECOND as u64);
+    /// How far ahead of now the bucket may run: the burst.
+    const FULL: std::time::Duration = std::time::Duration::from_nanos(
+        1_000_000_000 / CONTROL_FRAMES_PER_SECOND as u64 * CONTROL_FRAME_BURST as u64,
+    );
+
     fn new(now: tokio::time::Instant) -> ControlPace {
         ControlPace {
             tat: now,
@@ -141,26 +156,24 @@ impl ControlPace {
 
     /// Counts one control frame read at `now`. The peer is past its pace
     /// while the bucket is within 100 ms of full (a timer wakes the reader
-    /// up to a millisecond late, so a flood paced by it never quite fills
-    /// the bucket); a flood once that has lasted [`CONTROL_FLOOD_MS`], or
-    /// once what was read runs that far past the full bucket at once.
+    /// up to a millisecond or so late, so a flood paced by it never quite
+    /// fills the bucket); a flood once that has lasted
+    /// [`CONTROL_FLOOD_MS`], or once what was read runs that far past the
+    /// full bucket at once.
     fn read_one(&mut self, now: tokio::time::Instant) -> Pace {
         use std::time::Duration;
-        let interval = Duration::from_secs(1) / CONTROL_FRAMES_PER_SECOND;
         let flood = Duration::from_millis(CONTROL_FLOOD_MS);
-        self.tat = self.tat.max(now) + interval;
+        self.tat = self.tat.max(now) + Self::INTERVAL;
         let ahead = self.tat - now;
-        if ahead <= Duration::from_millis(900) {
+        if ahead <= Self::FULL - Duration::from_millis(100) {
             self.over_since = None;
-        } else if now - *self.over_since.get_or_insert(now) > flood
-            || ahead > Duration::from_secs(1) + flood
-        {
+        } else if now - *self.over_since.get_or_insert(now) > flood || ahead > Self::FULL + flood {
             return Pace::Flood;
         }
-        if ahead <= Duration::from_secs(1) {
+        if ahead <= Self::FULL {
             Pace::Read
         } else {
-            Pace::WaitUntil(self.tat - Duration::from_secs(1))
+            Pace::WaitUntil(self.tat - Self::FULL)
         }
     }
 }
@@ -1146,7 +1159,7 @@ async fn read_loop<S>(
                     // what the guest queued; nothing more is read.
                     let reason = "too many pings and pongs";
                     tracing::info!(
-                        "failing WebSocket connection: pings and pongs past {CONTROL_FRAMES_PER_SECOND} a second for {CONTROL_FLOOD_MS} ms"
+                        "failing WebSocket connection: pings and pongs past {CONTROL_FRAMES_PER_SECOND} a second (after a burst of {CONTROL_FRAME_BURST}) for {CONTROL_FLOOD_MS} ms"
                     );
                     if !st.close_queued {
                         st.close_queued = true;
@@ -1160,7 +1173,7 @@ async fn read_loop<S>(
                         reason: reason.into(),
                     });
                     break ErrorCode::ProtocolError(format!(
-                        "the peer sent pings and pongs past {CONTROL_FRAMES_PER_SECOND} a second for {CONTROL_FLOOD_MS} ms"
+                        "the peer sent pings and pongs past {CONTROL_FRAMES_PER_SECOND} a second (after a burst of {CONTROL_FRAME_BURST}) for {CONTROL_FLOOD_MS} ms"
                     ));
                 }
                 Some(Ok(WsMessage::Ping(ping))) => {
@@ -2221,17 +2234,18 @@ mod tests {
     use super::*;
     use std::time::Duration;
 
-    /// A second's worth of control frames goes at once; past it, each one
-    /// waits its interval; an idle second refills the burst; a peer past
-    /// the pace for CONTROL_FLOOD_MS is a flood.
+    /// A burst of control frames goes at once; past it, each one waits its
+    /// interval; an idle peer earns the burst back; a peer past the pace
+    /// for CONTROL_FLOOD_MS is a flood, and so is one that reads that far
+    /// past it at once.
     #[test]
     fn control_frames_pass_in_a_burst_then_at_their_pace() {
         let t0 = tokio::time::Instant::now();
         let mut pace = ControlPace::new(t0);
-        let burst = CONTROL_FRAMES_PER_SECOND as usize;
+        let burst = CONTROL_FRAME_BURST as usize;
+        let interval = ControlPace::INTERVAL;
         let paces: Vec<_> = (0..burst + 3).map(|_| pace.read_one(t0)).collect();
         assert!(paces[..burst].iter().all(|p| *p == Pace::Read), "{paces:?}");
-        let interval = Duration::from_secs(1) / CONTROL_FRAMES_PER_SECOND;
         let after: Vec<_> = paces[burst..]
             .iter()
             .map(|p| match p {
@@ -2239,12 +2253,12 @@ mod tests {
                 p => panic!("{p:?}"),
             })
             .collect();
-        assert!(after[0] > t0 && after[0] <= t0 + interval, "{after:?}");
+        assert_eq!(after[0], t0 + interval);
         assert!(
             after.windows(2).all(|w| w[1] - w[0] == interval),
             "{after:?}"
         );
-        let later = t0 + Duration::from_secs(3);
+        let later = t0 + ControlPace::FULL + Duration::from_secs(1);
         assert!((0..burst).all(|_| pace.read_one(later) == Pace::Read));
         // Past the pace, read as soon as allowed: a flood once that has
         // lasted CONTROL_FLOOD_MS.
@@ -2257,36 +2271,38 @@ mod tests {
             }
         };
         let over = flood_at - later;
-        assert!(
-            over > Duration::from_millis(CONTROL_FLOOD_MS)
-                && over <= Duration::from_millis(CONTROL_FLOOD_MS) + interval,
-            "{over:?}"
-        );
-        // Woken up to a millisecond late, a flood is still one.
+        let flood = Duration::from_millis(CONTROL_FLOOD_MS);
+        assert!(over > flood && over <= flood + interval, "{over:?}");
+        // Woken up to 2 ms late, a flood is still one.
         let mut pace = ControlPace::new(t0);
         let mut now = t0;
         let flood_at = loop {
             match pace.read_one(now) {
-                Pace::WaitUntil(t) => now = t + Duration::from_millis(1),
+                Pace::WaitUntil(t) => now = t + Duration::from_millis(2),
                 Pace::Read => {}
                 Pace::Flood => break now,
             }
         };
-        assert!(flood_at - t0 < Duration::from_millis(CONTROL_FLOOD_MS + 1_200));
-        // A peer that reads ahead a backlog of more than CONTROL_FLOOD_MS at
-        // once is one at once.
+        assert!(
+            flood_at - t0 <= flood + Duration::from_millis(200),
+            "{:?}",
+            flood_at - t0
+        );
+        // A peer that reads a backlog more than CONTROL_FLOOD_MS past the
+        // full bucket at once is one at once.
         let mut pace = ControlPace::new(t0);
-        let read = (0..4 * burst).take_while(|_| pace.read_one(t0) != Pace::Flood);
-        assert_eq!(read.count(), 3 * burst);
-        // A peer at half the pace is never a flood, nor one that slows down
-        // after its burst.
-        let mut pace = ControlPace::new(t0);
-        assert!((0..10 * burst).all(|k| pace.read_one(t0 + interval * 2 * k as u32) == Pace::Read));
+        let past = (flood.as_nanos() / interval.as_nanos()) as usize;
+        let read = (0..2 * burst + past).take_while(|_| pace.read_one(t0) != Pace::Flood);
+        assert_eq!(read.count(), burst + past);
+        // A peer at the pace, 200 ms after its burst or without one, is
+        // never held back.
         let mut pace = ControlPace::new(t0);
         assert!((0..burst).all(|_| pace.read_one(t0) == Pace::Read));
-        assert!((1..10 * burst).all(|k| {
-            let now = t0 + Duration::from_secs(1) + interval * 2 * k as u32;
+        assert!((1..4 * burst).all(|k| {
+            let now = t0 + Duration::from_millis(200) + interval * k as u32;
             pace.read_one(now) == Pace::Read
         }));
+        let mut pace = ControlPace::new(t0);
+        assert!((0..4 * burst).all(|k| pace.read_one(t0 + interval * k as u32) == Pace::Read));
     }
 }

@@ -51,13 +51,16 @@ const REFUSED_BUSY = "HTTP/1.1 503 Service Unavailable\r\nConnection: close\r\nC
 const CLOSE_TRY_AGAIN_LATER = 1013;
 
 /**
- * Pings and pongs per second (sustained) the host reads from one peer, with
- * bursts of as many again; past it the host pauses that peer's socket until
- * the pace allows the next one, so TCP pushes the peer back
- * (host/src/websocket.rs CONTROL_FRAMES_PER_SECOND). The guest never sees
- * control frames and cannot refuse them, so the host bounds them.
+ * Pings and pongs per second (sustained) the host reads from one peer past
+ * a burst of CONTROL_FRAME_BURST; past that pace the host pauses that
+ * peer's socket until the pace allows the next one, so TCP pushes the peer
+ * back (host/src/websocket.rs CONTROL_FRAMES_PER_SECOND). The guest never
+ * sees control frames and cannot refuse them, so the host bounds them.
  */
-export const CONTROL_FRAMES_PER_SECOND = 1024;
+export const CONTROL_FRAMES_PER_SECOND = 64;
+
+/** Pings and pongs a peer may send at once before the pace holds it back (host/src/websocket.rs CONTROL_FRAME_BURST). */
+export const CONTROL_FRAME_BURST = 1024;
 
 /**
  * How long (ms) a peer may keep sending control frames past the pace before
@@ -72,10 +75,12 @@ export const CLOSE_POLICY_VIOLATION = 1008;
 /**
  * A peer's control-frame pace: a leaky bucket (GCRA) whose theoretical
  * arrival time (ms) moves on by one interval per ping or pong read and may
- * run up to one second ahead of now (host/src/websocket.rs ControlPace,
- * the same rules).
+ * run up to CONTROL_FRAME_BURST intervals ahead of now
+ * (host/src/websocket.rs ControlPace, the same rules).
  */
 export class ControlPace {
+  static INTERVAL = 1000 / CONTROL_FRAMES_PER_SECOND;
+  static FULL = (1000 / CONTROL_FRAMES_PER_SECOND) * CONTROL_FRAME_BURST;
   constructor(nowMs) {
     this.tat = nowMs;
     this.overSince = null;
@@ -84,17 +89,17 @@ export class ControlPace {
    * Counts one control frame read at `nowMs`: the ms to wait before reading
    * on (0: read on), or "flood" once the peer has kept the bucket within
    * 100 ms of full for CONTROL_FLOOD_MS, or read that far past it at once
-   * (`ws` reads a whole chunk of frames before the socket can pause).
+   * (`ws` hands over a whole read of frames before the socket can pause).
    */
   readOne(nowMs) {
-    this.tat = Math.max(this.tat, nowMs) + 1000 / CONTROL_FRAMES_PER_SECOND;
+    this.tat = Math.max(this.tat, nowMs) + ControlPace.INTERVAL;
     const ahead = this.tat - nowMs;
-    if (ahead <= 900) this.overSince = null;
+    if (ahead <= ControlPace.FULL - 100) this.overSince = null;
     else {
       if (this.overSince === null) this.overSince = nowMs;
-      if (nowMs - this.overSince > CONTROL_FLOOD_MS || ahead > 1000 + CONTROL_FLOOD_MS) return "flood";
+      if (nowMs - this.overSince > CONTROL_FLOOD_MS || ahead > ControlPace.FULL + CONTROL_FLOOD_MS) return "flood";
     }
-    return Math.max(0, ahead - 1000);
+    return Math.max(0, ahead - ControlPace.FULL);
   }
 }
 
@@ -233,7 +238,9 @@ class Conn {
    */
   controlFlood() {
     this.spent = true;
-    this.failure = E.protocolError(`the peer sent pings and pongs past ${CONTROL_FRAMES_PER_SECOND} a second for ${CONTROL_FLOOD_MS} ms`);
+    this.failure = E.protocolError(
+      `the peer sent pings and pongs past ${CONTROL_FRAMES_PER_SECOND} a second (after a burst of ${CONTROL_FRAME_BURST}) for ${CONTROL_FLOOD_MS} ms`,
+    );
     this.closeInfo = { code: CLOSE_POLICY_VIOLATION, reason: "too many pings and pongs" };
     this.closing = true;
     this.ws.close(CLOSE_POLICY_VIOLATION, "too many pings and pongs");

@@ -1,5 +1,5 @@
 // Control frames on Node: a peer's pings and pongs are read at most
-// CONTROL_FRAMES_PER_SECOND a second past a burst, and a peer that stays
+// CONTROL_FRAMES_PER_SECOND a second past a burst of CONTROL_FRAME_BURST, and a peer that stays
 // past that pace for CONTROL_FLOOD_MS is failed with 1008 (parity with
 // host/tests/integration/ws_hostile.rs
 // a_ping_flood_is_paced_then_failed_with_1008 and host/src/websocket.rs's
@@ -10,35 +10,37 @@ import assert from "node:assert/strict";
 import net from "node:net";
 import crypto from "node:crypto";
 import { Host } from "../src/host.js";
-import { websocketImports, ControlPace, CONTROL_FRAMES_PER_SECOND, CONTROL_FLOOD_MS } from "../src/websocket.js";
+import { websocketImports, ControlPace, CONTROL_FRAME_BURST, CONTROL_FLOOD_MS } from "../src/websocket.js";
 import { upgradeHead } from "./upgrade-head.js";
 import { until } from "./raw-client.js";
 
-test("a second's worth of control frames goes at once, then each waits its interval", () => {
+test("a burst of control frames goes at once, then each waits its interval; a flood is failed", () => {
+  const burst = CONTROL_FRAME_BURST;
   const pace = new ControlPace(0);
-  const waits = Array.from({ length: CONTROL_FRAMES_PER_SECOND + 3 }, () => pace.readOne(0));
-  assert.ok(waits.slice(0, CONTROL_FRAMES_PER_SECOND).every((w) => w === 0), String(waits.slice(0, 8)));
-  const interval = 1000 / CONTROL_FRAMES_PER_SECOND;
-  assert.deepEqual(waits.slice(CONTROL_FRAMES_PER_SECOND).map((w) => Math.round(w / interval)), [1, 2, 3]);
-  // An idle second refills the burst.
-  assert.ok(Array.from({ length: CONTROL_FRAMES_PER_SECOND }, () => pace.readOne(3000)).every((w) => w === 0));
-  // Past the pace, read as soon as allowed (up to 1 ms late): a flood
+  const waits = Array.from({ length: burst + 3 }, () => pace.readOne(0));
+  assert.ok(waits.slice(0, burst).every((w) => w === 0), String(waits.slice(0, 8)));
+  const interval = ControlPace.INTERVAL;
+  assert.deepEqual(waits.slice(burst).map((w) => Math.round(w / interval)), [1, 2, 3]);
+  // An idle peer earns the burst back.
+  const later = ControlPace.FULL + 1000;
+  assert.ok(Array.from({ length: burst }, () => pace.readOne(later)).every((w) => w === 0));
+  // Past the pace, read as soon as allowed (up to 2 ms late): a flood
   // once that has lasted CONTROL_FLOOD_MS.
-  let now = 3000;
+  let now = later;
   for (;;) {
     const w = pace.readOne(now);
     if (w === "flood") break;
-    now += w > 0 ? w + 1 : 0;
+    now += w > 0 ? w + 2 : 0;
   }
-  assert.ok(now - 3000 > CONTROL_FLOOD_MS && now - 3000 < CONTROL_FLOOD_MS + 1200, `flood after ${now - 3000} ms`);
-  // A chunk of more than CONTROL_FLOOD_MS past the full bucket at once.
+  assert.ok(now - later > CONTROL_FLOOD_MS && now - later < CONTROL_FLOOD_MS + 200, `flood after ${now - later} ms`);
+  // A read more than CONTROL_FLOOD_MS past the full bucket at once.
   const chunk = new ControlPace(0);
   let read = 0;
   while (chunk.readOne(0) !== "flood") read++;
-  assert.equal(read, 3 * CONTROL_FRAMES_PER_SECOND);
-  // At half the pace, never one.
-  const half = new ControlPace(0);
-  assert.ok(Array.from({ length: 10 * CONTROL_FRAMES_PER_SECOND }, (_, k) => half.readOne((2000 * k) / CONTROL_FRAMES_PER_SECOND)).every((w) => w === 0));
+  assert.equal(read, burst + CONTROL_FLOOD_MS / interval);
+  // At the pace, never held back.
+  const steady = new ControlPace(0);
+  assert.ok(Array.from({ length: 4 * burst }, (_, k) => steady.readOne(k * interval)).every((w) => w === 0));
 });
 
 test("a ping flood from a peer that reads its pongs is paced, then failed with 1008", async () => {
@@ -86,14 +88,14 @@ test("a ping flood from a peer that reads its pongs is paced, then failed with 1
   }
   const took = Math.round(performance.now() - started);
   assert.ok(sent < 64 << 20, `the host read ${sent} bytes of empty pings in ${took} ms`);
-  // (`ws` hands over a whole read of pings, 64 KiB or 10,922 of them, more
-  // than CONTROL_FLOOD_MS past the pace: the first read may already fail
-  // the connection, before its pong goes out.)
+  // (`ws` hands over a whole read of pings, 64 KiB or 10,922 of them, far
+  // more than CONTROL_FLOOD_MS past the pace: the first read may already
+  // fail the connection, before its pong goes out.)
   const close = Buffer.from([0x88, 0x1a, 0x03, 0xf0]);
   await until("the host's 1008 close", () => got.indexOf(close) >= 0, 10_000);
   assert.equal(got.subarray(got.indexOf(close) + 4).toString(), "too many pings and pongs");
   await until("the stream ends", () => stream.conn.ended, 10_000);
-  assert.throws(() => stream.receive(), (e) => e.tag === "protocol-error" && /past 1024 a second/.test(e.val));
+  assert.throws(() => stream.receive(), (e) => e.tag === "protocol-error" && /past 64 a second \(after a burst of 1024\)/.test(e.val));
   sock.destroy();
   listener[Symbol.dispose]();
 });
