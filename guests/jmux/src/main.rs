@@ -353,32 +353,34 @@ const RESENT_OPEN_GATE: Duration = Duration::from_millis(500);
 /// comes back), or for the peer to have room again after it refused the
 /// client's OPEN as one too many.
 struct WaitingOpen {
-    conn: Conn,
-    dest: Destination,
-    greeting: Greeting,
-    pending: Vec<u8>,
-    forward: Option<Forward>,
+    client: Client,
     /// Counted in [`Proxy::channels_per_source`] while it waits.
     source: IpAddr,
-    /// Refused if no place came by then (the proxy handshake timeout
-    /// after it began to wait).
+    open: OpenRetry,
+}
+
+/// A listener client whose handshake is done, on its way to a channel.
+struct Client {
+    conn: Conn,
+    greeting: Greeting,
+    /// Bytes it sent past its handshake, for the target.
+    pending: Vec<u8>,
+    forward: Option<Forward>,
+}
+
+/// What a counted client's OPEN needs to go again: while it waits for a
+/// place ([`WaitingOpen`]), and on its channel until it opens, to wait
+/// again if the peer refuses it as one too many ([`TOO_MANY_CHANNELS`]).
+struct OpenRetry {
+    dest: Destination,
+    /// Refused if no place came by then (the proxy handshake timeout after
+    /// it first began to wait or its OPEN first went).
     deadline: Instant,
     /// The peer refused its OPEN as one too many before.
     refused_before: bool,
     /// A channel was given up for it ([`Proxy::give_up_for`]).
     given_a_place: bool,
-}
-
-/// What a counted client's channel needs to wait again for a place if the
-/// peer refuses its OPEN as one too many ([`TOO_MANY_CHANNELS`]); dropped
-/// once the channel opens.
-struct OpenRetry {
-    dest: Destination,
-    /// As [`WaitingOpen::deadline`].
-    deadline: Instant,
-    refused_before: bool,
-    given_a_place: bool,
-    /// When the OPEN went.
+    /// When the OPEN went (while waiting: when it began to wait).
     sent: Instant,
 }
 
@@ -1071,7 +1073,7 @@ impl Proxy {
                 .into_iter()
                 .chain(self.handshake_deadline())
                 .chain(self.linger_deadlines.front().map(|&(d, _)| d))
-                .chain(self.waiting_opens.front().map(|w| w.deadline))
+                .chain(self.waiting_opens.front().map(|w| w.open.deadline))
                 .chain(
                     self.far_side_full_until
                         .filter(|_| !self.waiting_opens.is_empty()),
@@ -1470,15 +1472,20 @@ impl Proxy {
                     let source = source.expect("checked");
                     *self.channels_per_source.entry(source).or_insert(0) += 1;
                     self.waiting_opens.push_back(WaitingOpen {
-                        conn,
-                        dest: dest.clone(),
-                        greeting,
-                        pending,
-                        forward,
+                        client: Client {
+                            conn,
+                            greeting,
+                            pending,
+                            forward,
+                        },
                         source,
-                        deadline: now + self.handshake_limits.timeout,
-                        refused_before: false,
-                        given_a_place: true,
+                        open: OpenRetry {
+                            dest: dest.clone(),
+                            deadline: now + self.handshake_limits.timeout,
+                            refused_before: false,
+                            given_a_place: true,
+                            sent: now,
+                        },
                     });
                     return;
                 }
@@ -1502,7 +1509,13 @@ impl Proxy {
                         sent: now,
                     })
                 });
-                self.start_chan(id, conn, greeting, pending, forward, source, retry);
+                let client = Client {
+                    conn,
+                    greeting,
+                    pending,
+                    forward,
+                };
+                self.start_chan(id, client, source, retry);
             }
             Err(e) => self.refuse_open(conn, dest, greeting, forward.is_some(), &e),
         }
@@ -1510,19 +1523,15 @@ impl Proxy {
 
     /// Makes the channel of a client whose OPEN went (`id`); `source` is
     /// counted already; `retry` for a counted client.
-    #[allow(clippy::too_many_arguments)]
     fn start_chan(
         &mut self,
         id: ChannelId,
-        conn: Conn,
-        greeting: Greeting,
-        pending: Vec<u8>,
-        forward: Option<Forward>,
+        client: Client,
         source: Option<IpAddr>,
         retry: Option<Box<OpenRetry>>,
     ) {
-        let mut chan = Chan::new(conn, false, greeting, pending);
-        chan.forward = forward;
+        let mut chan = Chan::new(client.conn, false, client.greeting, client.pending);
+        chan.forward = client.forward;
         chan.source = source;
         if retry.as_ref().is_some_and(|r| r.refused_before) {
             self.retried_opens.push(id);
@@ -1572,20 +1581,23 @@ impl Proxy {
         *self.channels_per_source.entry(source).or_insert(0) += 1;
         let at = self
             .waiting_opens
-            .partition_point(|w| w.deadline <= retry.deadline);
+            .partition_point(|w| w.open.deadline <= retry.deadline);
         let pending = chan.pending.split_off(chan.pending_off);
         self.waiting_opens.insert(
             at,
             WaitingOpen {
-                conn: chan.conn,
-                dest: retry.dest,
-                greeting: chan.greeting,
-                pending,
-                forward: chan.forward,
+                client: Client {
+                    conn: chan.conn,
+                    greeting: chan.greeting,
+                    pending,
+                    forward: chan.forward,
+                },
                 source,
-                deadline: retry.deadline,
-                refused_before: true,
-                given_a_place,
+                open: OpenRetry {
+                    refused_before: true,
+                    given_a_place,
+                    ..*retry
+                },
             },
         );
         let retry_at = now + FAR_SIDE_FULL_RETRY;
@@ -1750,12 +1762,12 @@ impl Proxy {
     /// free, oldest first; refuses those whose wait ended.
     fn open_waiting(&mut self, now: Instant) {
         while let Some(w) = self.waiting_opens.front() {
-            let opened = if w.deadline <= now {
+            let opened = if w.open.deadline <= now {
                 Err("no channel was freed in time for it".to_string())
             } else if self.far_side_full_until.is_some_and(|t| now < t) {
                 return;
             } else {
-                match self.session.open(&w.dest, now) {
+                match self.session.open(&w.open.dest, now) {
                     Err(ChannelError::TooManyChannels { .. }) => return,
                     opened => opened.map_err(|e| e.to_string()),
                 }
@@ -1764,25 +1776,20 @@ impl Proxy {
             match opened {
                 Ok(id) => {
                     let retry = Box::new(OpenRetry {
-                        dest: w.dest,
-                        deadline: w.deadline,
-                        refused_before: w.refused_before,
-                        given_a_place: w.given_a_place,
                         sent: now,
+                        ..w.open
                     });
-                    self.start_chan(
-                        id,
-                        w.conn,
-                        w.greeting,
-                        w.pending,
-                        w.forward,
-                        Some(w.source),
-                        Some(retry),
-                    );
+                    self.start_chan(id, w.client, Some(w.source), Some(retry));
                 }
                 Err(e) => {
                     give_back(&mut self.channels_per_source, w.source);
-                    self.refuse_open(w.conn, &w.dest, w.greeting, w.forward.is_some(), &e);
+                    let Client {
+                        conn,
+                        greeting,
+                        forward,
+                        ..
+                    } = w.client;
+                    self.refuse_open(conn, &w.open.dest, greeting, forward.is_some(), &e);
                 }
             }
         }
