@@ -1,4 +1,4 @@
-import sys, time; sys.path.insert(0,'/work/main/docs/redteam/2026-12-04f'); from ws import *
+import sys, time; sys.path.insert(0, __import__('os').path.dirname(__file__)); from ws import *
 port=int(sys.argv[1]); n=int(sys.argv[2]); codes={}
 for i in range(n):
     s, rest = connect(port); r = Reader(s, rest); s.settimeout(0.5)
