@@ -55,7 +55,11 @@ async fn guest_listener_accepts_and_echoes() {
         let local = tcp.local_addr().unwrap();
         // Give the host's accept loop (on this thread) a moment to run.
         tokio::time::sleep(Duration::from_millis(100)).await;
-        let nodelay = nodelay_of_sockets_at(local);
+        // The accepted socket: its peer is our client and its own address
+        // the guest's listener (another test's socket may have the same
+        // peer address, as Linux shares ephemeral ports across
+        // destinations: this matched two sockets once in CI).
+        let nodelay = nodelay_of_sockets_between(local, Some(listen.parse().unwrap()));
         let (mut r, mut w) = tcp.into_split();
         let data = pattern(1 << 20);
         let expected = data.clone();
