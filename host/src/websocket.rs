@@ -261,6 +261,21 @@ struct State {
 }
 
 impl State {
+    /// Fails the connection from the read side (RFC 6455 section 7.1.7):
+    /// queues a close frame with `code` and `reason` after what the guest
+    /// queued (unless a close is queued already), and records them as the
+    /// stream's close info.
+    fn fail_connection(&mut self, code: u16, reason: String) {
+        if !self.close_queued {
+            self.close_queued = true;
+            self.outbound.push_back(WsMessage::Close(Some(CloseFrame {
+                code: code.into(),
+                reason: reason.clone().into(),
+            })));
+        }
+        self.close_info = Some(CloseInfo { code, reason });
+    }
+
     /// tungstenite's write buffer was flushed (or dropped): takes the
     /// bytes handed to it off the outbound count and returns them, for
     /// the host's sum ([`Shared::release_flushed`]).
@@ -1162,17 +1177,7 @@ async fn read_loop<S>(
                     tracing::info!(
                         "failing WebSocket connection: pings and pongs past {CONTROL_FRAMES_PER_SECOND} a second (after a burst of {CONTROL_FRAME_BURST}) for {CONTROL_FLOOD_MS} ms"
                     );
-                    if !st.close_queued {
-                        st.close_queued = true;
-                        st.outbound.push_back(WsMessage::Close(Some(CloseFrame {
-                            code: CLOSE_POLICY_VIOLATION.into(),
-                            reason: reason.into(),
-                        })));
-                    }
-                    st.close_info = Some(CloseInfo {
-                        code: CLOSE_POLICY_VIOLATION,
-                        reason: reason.into(),
-                    });
+                    st.fail_connection(CLOSE_POLICY_VIOLATION, reason.to_string());
                     break ErrorCode::ProtocolError(format!(
                         "the peer sent pings and pongs past {CONTROL_FRAMES_PER_SECOND} a second (after a burst of {CONTROL_FRAME_BURST}) for {CONTROL_FLOOD_MS} ms"
                     ));
@@ -1198,14 +1203,7 @@ async fn read_loop<S>(
                     // writer task closes the TCP connection.
                     if let Some((code, reason)) = failure_close(&e) {
                         tracing::info!(code, "failing WebSocket connection: {e}");
-                        if !st.close_queued {
-                            st.close_queued = true;
-                            st.outbound.push_back(WsMessage::Close(Some(CloseFrame {
-                                code: code.into(),
-                                reason: reason.clone().into(),
-                            })));
-                        }
-                        st.close_info = Some(CloseInfo { code, reason });
+                        st.fail_connection(code, reason);
                     }
                     break match e {
                         tungstenite::Error::Capacity(_) => {
