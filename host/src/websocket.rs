@@ -1072,8 +1072,10 @@ fn classify(e: tungstenite::Error) -> ErrorCode {
 
 /// The close frame RFC 6455 requires when the host fails the connection
 /// because of `e` (sections 7.1.7 and 7.4.1): 1007 for a text message (or
-/// close reason) that is not UTF-8, 1009 for a message over the limit, 1002
-/// for every framing, masking or other protocol violation. `None` when no
+/// close reason) that is not UTF-8, 1009 for a message over the limit, 1008
+/// for a message in more frames than its size allows
+/// (`tungstenite::protocol::frame::FREE_FRAGMENTS`), 1002 for every other
+/// framing, masking or protocol violation. `None` when no
 /// frame can go out (the transport failed or the peer reset it). The reason
 /// is at most 123 bytes (section 5.5).
 fn failure_close(e: &tungstenite::Error) -> Option<(u16, String)> {
@@ -1084,6 +1086,10 @@ fn failure_close(e: &tungstenite::Error) -> Option<(u16, String)> {
         E::Capacity(_) => Some((CLOSE_TOO_BIG, "message too big".into())),
         E::Io(_) if is_budget_full(e) => Some((CLOSE_TRY_AGAIN_LATER, "try again later".into())),
         E::Protocol(P::ResetWithoutClosingHandshake) => None,
+        // Framing the peer may not spend: policy, not a malformed frame.
+        E::Protocol(p @ P::TooManyFragments { .. }) => {
+            Some((CLOSE_POLICY_VIOLATION, truncate_reason(p.to_string())))
+        }
         E::Protocol(p) => Some((CLOSE_PROTOCOL_ERROR, truncate_reason(p.to_string()))),
         _ => None,
     }

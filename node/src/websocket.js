@@ -184,11 +184,13 @@ class Conn {
     host.conns.add(this);
     // Charges queued with messages the guest has not taken yet.
     this.queuedCharge = 0;
-    // The assembling budget failed this stream: it reads no more.
+    // The stream failed (the assembling budget, a control flood, or an
+    // error `ws` found): it reads no more, and charges nothing more.
     this.spent = false;
     // Frames from a client carry a 4-byte mask (RFC 6455 section 5.2).
     this.assembly = new Assembly(host.stats, host.limits.maxAssemblingBytes, ws._isServer ? 6 : 2);
     ws._socket?.prependListener("data", (chunk) => {
+      if (this.spent) return;
       if (!this.assembly.read(chunk.length)) this.overBudget();
     });
     ws.binaryType = "nodebuffer";
@@ -301,7 +303,31 @@ class Conn {
     if (!this.failure) {
       this.failure = code === 1009 ? E.messageTooLarge(this.host.limits.maxMessageBytes) : E.protocolError(err.message);
     }
+    this.stopReading();
     this.signal.wake();
+  }
+
+  /**
+   * `ws` failed the connection (or its socket failed): it has taken its
+   * parser off the socket, sent the close frame, and resumes the socket
+   * until the peer's FIN or the close timeout, discarding what comes. So
+   * the stream charges nothing more to `maxAssemblingBytes` and gives back
+   * what it held; the socket is paused (TCP pushes the peer back) and
+   * closed once the close frame and the FIN are out, as the Rust host
+   * closes TCP right after its close frame (RFC 6455 section 7.1.7). Before,
+   * a peer writing on after its error was read at full speed for the
+   * whole linger, every byte charged (red team 2026-12-04g, finding 2).
+   */
+  stopReading() {
+    if (this.spent) return;
+    this.spent = true;
+    this.assembly.ended();
+    const sock = this.ws._socket;
+    if (!sock) return;
+    // After ws's own resume, which it queues with process.nextTick.
+    process.nextTick(() => sock.pause());
+    if (sock.writableFinished) sock.destroy();
+    else sock.once("finish", () => sock.destroy());
   }
 
   onClose(code, reason) {

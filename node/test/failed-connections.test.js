@@ -78,3 +78,39 @@ for (const [what, frame, code] of [
     }
   });
 }
+
+test("a peer writing on after its stream failed is pushed back and charges nothing", async () => {
+  // The red team of 2026-12-04g, finding 2: ws resumes the socket after an
+  // error and discards what comes until the close timeout, and each chunk
+  // was charged to maxAssemblingBytes (1.1 GB/s read, 82% of a core, and
+  // honest messages failed with 1013). Now the socket is paused, nothing
+  // is charged, and it closes once the close frame is out.
+  const host = new Host({
+    policy: { listen: ["127.0.0.1:*"] },
+    limits: { lingerTimeoutMs: 5_000 },
+  });
+  const listener = await websocketImports(host).listen("127.0.0.1:0", {});
+  const addr = listener.localAddress();
+  const c = failingClient(addr, Buffer.from([0x82, 0x02, 0x61, 0x62]));
+  try {
+    const junk = Buffer.alloc(1 << 20, 0x5a);
+    const start = performance.now();
+    let peak = 0;
+    while (performance.now() - start < 2_000 && !c.sock.destroyed) {
+      if (c.got.bytes.includes("\r\n\r\n")) {
+        if (!c.sock.write(junk)) await new Promise((r) => setTimeout(r, 5));
+      } else await new Promise((r) => setTimeout(r, 5));
+      peak = Math.max(peak, host.stats.assembling);
+    }
+    const sent = c.sock.bytesWritten;
+    assert.ok(sent < 64 << 20, `the host took ${sent} bytes after failing the stream`);
+    assert.equal(peak, 0, `the discarded bytes were charged (${peak} bytes at the peak)`);
+    assert.notEqual(c.got.closedAt, null, "the socket was still open after 2 s");
+    const body = c.got.bytes.subarray(c.got.bytes.indexOf("\r\n\r\n") + 4);
+    assert.equal(body[0], 0x88, "a close frame");
+    assert.equal(body.readUInt16BE(2), 1002);
+  } finally {
+    c.sock.destroy();
+    listener[Symbol.dispose]();
+  }
+});

@@ -332,7 +332,74 @@ fn violations(mask: bool) -> Vec<(&'static str, Vec<u8>, u16)> {
             frame(0x82, b"wrong mask", !mask),
             1002,
         ),
+        // A message of empty fragments past the free ones: work the guest
+        // never sees, since the message never reaches it; before, the
+        // host parsed such fragments for as long as the peer sent them.
+        (
+            "a message of 1,025 empty fragments",
+            empty_fragments(
+                tokio_tungstenite::tungstenite::protocol::frame::FREE_FRAGMENTS + 1,
+                mask,
+            ),
+            1008,
+        ),
     ]
+}
+
+/// A binary message of `n` empty non-final frames (a first frame, then
+/// continuations), masked when `mask`; it never ends.
+fn empty_fragments(n: usize, mask: bool) -> Vec<u8> {
+    let mut out = frame(0x02, b"", mask);
+    for _ in 1..n {
+        out.extend(frame(0x00, b"", mask));
+    }
+    out
+}
+
+/// A binary message of `size` bytes (pattern `i % 251`) in frames of
+/// `fragment` bytes, masked when `mask`.
+fn fragmented(size: usize, fragment: usize, mask: bool) -> Vec<u8> {
+    let payload = (0..size).map(|i| (i % 251) as u8).collect::<Vec<u8>>();
+    let chunks = payload.chunks(fragment).collect::<Vec<_>>();
+    let last = chunks.len() - 1;
+    let mut out = Vec::new();
+    for (i, chunk) in chunks.into_iter().enumerate() {
+        let opcode = if i == 0 { 0x02 } else { 0x00 };
+        let fin = if i == last { 0x80 } else { 0 };
+        out.extend(frame(fin | opcode, chunk, mask));
+    }
+    out
+}
+
+/// Messages a peer may fragment as finely as it likes within the rule
+/// (`FREE_FRAGMENTS` frames, then `BYTES_PER_FRAGMENT` bytes a frame on
+/// average) reach the guest whole: 1,024 empty frames (the last with
+/// FIN), and 1 MiB in 16,384 fragments of 64 bytes (Autobahn's finest, case
+/// 9.3.1, takes 4 MiB in 64-byte fragments).
+#[tokio::test(flavor = "current_thread")]
+async fn finely_fragmented_messages_within_the_rule_reach_the_guest() {
+    tokio::time::timeout(Duration::from_secs(60), async {
+        let runner = runner(local_config());
+        let free = tokio_tungstenite::tungstenite::protocol::frame::FREE_FRAGMENTS;
+        let script = [
+            empty_fragments(free - 1, false),
+            frame(0x80, b"", false),
+            fragmented(1 << 20, 64, false),
+            frame(0x88, &close_payload(1000, ""), false),
+        ]
+        .concat();
+        let (addr, saw) = scripted_server(script, false);
+        let out = probe(&runner, &["recv-all", &format!("ws://{addr}/"), "0"]).await;
+        assert!(
+            out.stdout_text()
+                .contains(&format!("ok received 2 {} close=1000", 1 << 20)),
+            "{}",
+            show(&out)
+        );
+        let _ = saw.await;
+    })
+    .await
+    .expect("test deadline");
 }
 
 fn hostile_config() -> tether_host::Config {

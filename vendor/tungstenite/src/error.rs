@@ -260,6 +260,19 @@ pub enum ProtocolError {
     /// section 5.2). Tether patch.
     #[error("64-bit payload length with the most significant bit set")]
     InvalidPayloadLength,
+    /// A fragmented message took more frames than its size needs: past
+    /// `FREE_FRAGMENTS` frames, its fragments must average
+    /// `BYTES_PER_FRAGMENT` bytes of payload (in
+    /// `protocol::frame`). Tether patch: without it, a peer sending empty
+    /// continuation frames forever made the reader parse them without end,
+    /// though no message ever reached the application to push back.
+    #[error("Too many fragments: {frames} frames for {size} bytes of message")]
+    TooManyFragments {
+        /// Frames of the message so far, the refused one included.
+        frames: usize,
+        /// Payload bytes of the message so far, the refused frame's included.
+        size: usize,
+    },
 }
 
 /// Indicates the specific type/cause of URL error.

@@ -368,6 +368,9 @@ pub struct WebSocketContext {
     state: WebSocketState,
     /// Receive: an incomplete message being processed.
     incomplete: Option<IncompleteMessage>,
+    /// Receive: frames of `incomplete` so far (Tether patch, see
+    /// `frame::FREE_FRAGMENTS`).
+    incomplete_frames: usize,
     /// Send in addition to regular messages E.g. "pong" or "close".
     additional_send: Option<Frame>,
     /// True indicates there is an additional message (like a pong)
@@ -405,6 +408,7 @@ impl WebSocketContext {
             frame,
             state: WebSocketState::Active,
             incomplete: None,
+            incomplete_frames: 0,
             additional_send: None,
             unflushed_additional: false,
             config,
@@ -617,6 +621,7 @@ impl WebSocketContext {
                 self.config.accept_unmasked_frames,
                 Some(HeaderChecks {
                     incomplete: self.incomplete.as_ref().map(IncompleteMessage::len),
+                    frames: self.incomplete_frames,
                     max_message_size: self.config.max_message_size.unwrap_or(usize::MAX),
                 }),
             )
@@ -688,6 +693,7 @@ impl WebSocketContext {
                     (OpData::Continue, None) => Err(ProtocolError::UnexpectedContinueFrame),
                     (OpData::Continue, Some(incomplete)) => {
                         incomplete.extend(frame.into_payload(), self.config.max_message_size)?;
+                        self.incomplete_frames += 1;
                         Ok(None)
                     }
                     (_, Some(_)) => Err(ProtocolError::ExpectedFragment(data)),
@@ -710,6 +716,7 @@ impl WebSocketContext {
                         let mut incomplete = IncompleteMessage::new(t);
                         incomplete.extend(payload, self.config.max_message_size)?;
                         self.incomplete = Some(incomplete);
+                        self.incomplete_frames = 1;
                         Ok(None)
                     }
                 }

@@ -102,6 +102,20 @@ where
 /// Capacity the write buffer keeps once it is empty (Tether patch).
 const RETAINED_OUT_BUFFER_BYTES: usize = 256 * 1024;
 
+/// Frames a fragmented message may take whatever their size (Tether
+/// patch). Past them, its frames must average [`BYTES_PER_FRAGMENT`]
+/// bytes of payload, or the reader fails with
+/// `ProtocolError::TooManyFragments`.
+pub const FREE_FRAGMENTS: usize = 1024;
+
+/// Average payload bytes per frame a fragmented message must carry past
+/// [`FREE_FRAGMENTS`] (Tether patch): a message of `n` bytes may take
+/// `FREE_FRAGMENTS + n / BYTES_PER_FRAGMENT` frames. So a peer's framing
+/// (2 to 14 bytes of header a frame) costs the reader at most about its
+/// payload, plus 14 KiB a message; Autobahn's smallest fragments (64 bytes,
+/// case 9.3.1) pass four times over.
+pub const BYTES_PER_FRAGMENT: usize = 16;
+
 /// What the message reader knows when a frame header arrives (Tether
 /// patch): the checks it would make once the frame is complete, made on
 /// the header instead (RFC 6455 section 5.4 for fragments, 5.5 for
@@ -111,6 +125,8 @@ pub(super) struct HeaderChecks {
     /// Bytes of the fragmented message being received, `None` when no
     /// message is in progress.
     pub(super) incomplete: Option<usize>,
+    /// Frames of the fragmented message being received so far.
+    pub(super) frames: usize,
     /// Largest message, bytes (`max_message_size`).
     pub(super) max_message_size: usize,
 }
@@ -118,8 +134,10 @@ pub(super) struct HeaderChecks {
 impl HeaderChecks {
     /// Errors: a continuation frame without a message in progress, a new
     /// data frame inside one, a control frame over 125 bytes (protocol
-    /// errors), or a continuation frame that would take the message past
-    /// `max_message_size` (capacity error).
+    /// errors), a continuation frame that would take the message past
+    /// `max_message_size` (capacity error), or one past the frames the
+    /// message's size allows ([`FREE_FRAGMENTS`], [`BYTES_PER_FRAGMENT`];
+    /// a protocol error).
     fn check(self, opcode: coding::OpCode, len: u64) -> Result<()> {
         use self::coding::{Data, OpCode};
         match (opcode, self.incomplete) {
@@ -131,11 +149,15 @@ impl HeaderChecks {
             }
             (OpCode::Data(Data::Continue), Some(so_far)) => {
                 let size = (so_far as u64).saturating_add(len);
-                if size > self.max_message_size as u64 {
+                let size = size.min(usize::MAX as u64) as usize;
+                let frames = self.frames.saturating_add(1);
+                if size > self.max_message_size {
                     Err(Error::Capacity(CapacityError::MessageTooLong {
-                        size: size.min(usize::MAX as u64) as usize,
+                        size,
                         max_size: self.max_message_size,
                     }))
+                } else if frames > FREE_FRAGMENTS.saturating_add(size / BYTES_PER_FRAGMENT) {
+                    Err(Error::Protocol(ProtocolError::TooManyFragments { frames, size }))
                 } else {
                     Ok(())
                 }
