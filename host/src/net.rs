@@ -258,7 +258,12 @@ where
     found.map_err(|e| ErrorCode::DnsFailure(format!("{name}: {e}")))
 }
 
-/// Parses and policy-checks a bind address, then binds a listener.
+/// Parses and policy-checks a bind address, then binds a listener. An
+/// IPv6 listener is IPv6 only (`IPV6_V6ONLY`): a dual-stack `[::]` would
+/// also listen on every IPv4 address, which a rule covering only `[::]`
+/// does not allow (the red team of 2026-12-04g, F3); bind `0.0.0.0` too
+/// for both. An IPv4-mapped address (`[::ffff:a.b.c.d]`) is that IPv4
+/// address and binds as such.
 ///
 /// Errors: `invalid-url` (not `ip:port`), `denied` (no `--listen` rule),
 /// `other` (bind failed, e.g. address in use).
@@ -276,6 +281,13 @@ pub fn bind(ctx: &HostCtx, address: &str) -> Result<TcpListener, ErrorCode> {
     }
     .map_err(|e| io_error(&e))?;
     socket.set_reuseaddr(true).map_err(|e| io_error(&e))?;
+    if let SocketAddr::V6(v6) = addr
+        && v6.ip().to_ipv4_mapped().is_none()
+    {
+        socket2::SockRef::from(&socket)
+            .set_only_v6(true)
+            .map_err(|e| io_error(&e))?;
+    }
     socket
         .bind(addr)
         .map_err(|e| ErrorCode::Other(format!("bind {addr}: {e}")))?;
@@ -376,6 +388,52 @@ impl AcceptErrors {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A listener on `[::]` under a rule for `[::]` alone reaches IPv6
+    /// only: before, the socket was dual-stack and an IPv4 client on
+    /// 127.0.0.1 reached it, though no rule allowed listening on IPv4
+    /// (the red team of 2026-12-04g, F3). A rule for `0.0.0.0` is needed
+    /// for that, and a bind of its own.
+    #[test]
+    fn an_ipv6_listener_does_not_reach_ipv4() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let mut config = crate::Config::default();
+            config.policy.listen = vec!["[::]:*".parse().unwrap()];
+            let ctx = HostCtx::new(config).unwrap();
+            let listener = bind(&ctx, "[::]:0").expect("[::] is allowed");
+            let port = listener.local_addr().unwrap().port();
+            let accept = async {
+                loop {
+                    let _ = listener.accept().await;
+                }
+            };
+            let dials = async {
+                let v6 = TcpStream::connect(("::1", port)).await;
+                let v4 = TcpStream::connect(("127.0.0.1", port)).await;
+                (v6.is_ok(), v4.map(|_| ()))
+            };
+            let (v6, v4) = tokio::select! {
+                r = dials => r,
+                _ = accept => unreachable!(),
+            };
+            assert!(v6, "[::1] did not reach the [::] listener");
+            assert!(
+                v4.is_err(),
+                "127.0.0.1 reached a listener on [::] under a rule for [::] alone"
+            );
+            // An IPv4-mapped bind is the IPv4 address.
+            let mut config = crate::Config::default();
+            config.policy.listen = vec!["127.0.0.1:*".parse().unwrap()];
+            let ctx = HostCtx::new(config).unwrap();
+            let mapped = bind(&ctx, "[::ffff:127.0.0.1]:0").expect("mapped loopback");
+            let port = mapped.local_addr().unwrap().port();
+            assert!(TcpStream::connect(("127.0.0.1", port)).await.is_ok());
+        });
+    }
 
     /// This machine's own interface addresses (eth0's here) are the local
     /// host to the policy: with loopback denied, a connect to one is denied

@@ -241,7 +241,9 @@ function listen(host, address) {
   });
   return new Promise((resolve, reject) => {
     server.once("error", (e) => reject(E.other(e.message)));
-    server.listen({ host: bind.text, port: bind.port, backlog: host.limits.acceptBacklog }, () => resolve(listener));
+    server.listen({ host: bind.text, port: bind.port, backlog: host.limits.acceptBacklog, ipv6Only: bind.ipv6Only }, () =>
+      resolve(listener),
+    );
   });
 }
 

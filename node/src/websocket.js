@@ -664,7 +664,12 @@ export class Listener extends AcceptQueue {
   }
 }
 
-/** Parses a bind address `ip:port`; throws `invalid-url`. */
+/**
+ * Parses a bind address `ip:port`; throws `invalid-url`. `ipv6Only` is set
+ * for an IPv6 address that is not IPv4-mapped: a dual-stack `[::]` would
+ * also listen on every IPv4 address, which a rule for `[::]` alone does
+ * not allow (host/src/net.rs `bind`; the red team of 2026-12-04g, F3).
+ */
 export function parseBind(address) {
   const i = address.lastIndexOf(":");
   const hostText = i > 0 ? address.slice(0, i) : "";
@@ -678,7 +683,8 @@ export function parseBind(address) {
   if (!h.ip || !/^[0-9]{1,5}$/.test(portText) || Number(portText) > 65535) {
     throw E.invalidUrl(`${address}: expected IP:PORT`);
   }
-  return { ip: h.ip, port: Number(portText), text: hostText.replace(/^\[|\]$/g, "") };
+  const ipv6Only = h.ip.v6 && h.ip.n >> 32n !== 0xffffn;
+  return { ip: h.ip, port: Number(portText), text: hostText.replace(/^\[|\]$/g, ""), ipv6Only };
 }
 
 /**
@@ -797,7 +803,9 @@ function listen(host, address, options) {
   });
   return new Promise((resolve, reject) => {
     server.once("error", (e) => reject(E.other(e.message)));
-    server.listen({ host: bind.text, port: bind.port, backlog: host.limits.acceptBacklog }, () => resolve(listener));
+    server.listen({ host: bind.text, port: bind.port, backlog: host.limits.acceptBacklog, ipv6Only: bind.ipv6Only }, () =>
+      resolve(listener),
+    );
   });
 }
 

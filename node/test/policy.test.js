@@ -7,6 +7,10 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
 import { Policy, Rule, parseHost, fmtIp, internalRange, NameCheck } from "../src/policy.js";
+import net from "node:net";
+import { Host } from "../src/host.js";
+import { websocketImports } from "../src/websocket.js";
+import { tcpImports } from "../src/tcp.js";
 
 const policy = (allow, deny = [], listen = ["127.0.0.1:*"]) => new Policy({ allow, deny, listen });
 const host = (text) => parseHost(text);
@@ -227,3 +231,28 @@ test("this machine's own addresses meet the loopback rules", () => {
     /denied by rule `internal`/,
   );
 });
+
+for (const kind of ["websocket", "tcp"]) {
+  test(`a ${kind} listener on [::] under a rule for [::] alone does not reach IPv4`, async () => {
+    // The red team of 2026-12-04g, F3: the socket was dual-stack, so an
+    // IPv4 client on 127.0.0.1 reached it, though no rule allowed
+    // listening on IPv4 (parity with host/src/net.rs
+    // an_ipv6_listener_does_not_reach_ipv4).
+    const host = new Host({ policy: { listen: ["[::]:*"] } });
+    const imports = kind === "websocket" ? websocketImports(host) : tcpImports(host);
+    const listener = await (kind === "websocket" ? imports.listen("[::]:0", {}) : imports.listen("[::]:0"));
+    const port = Number(listener.localAddress().split(":").pop());
+    const reach = (h) =>
+      new Promise((resolve) => {
+        const s = net.connect({ host: h, port });
+        s.on("connect", () => (s.destroy(), resolve(true)));
+        s.on("error", () => resolve(false));
+      });
+    try {
+      assert.equal(await reach("::1"), true, "[::1] did not reach the [::] listener");
+      assert.equal(await reach("127.0.0.1"), false, "127.0.0.1 reached a listener on [::] under a rule for [::] alone");
+    } finally {
+      listener[Symbol.dispose]();
+    }
+  });
+}

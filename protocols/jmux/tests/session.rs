@@ -866,6 +866,68 @@ fn output_backpressure_then_writable() {
     assert_eq!(h.events(), vec![Event::Writable { id }]);
 }
 
+/// 1,000 channels cut short by output room: each drain wakes only as many
+/// as the room takes a packet each, in the order they were cut short, and
+/// the rest at the next drains, each once; the old session woke all 1,000
+/// on every drain (red team 2026-12-04h, F1).
+#[test]
+fn a_drain_wakes_only_the_writers_its_room_takes() {
+    const CHANNELS: usize = 1000;
+    let capacity = 16 * 1024;
+    let mut h = Harness::new(Config {
+        max_channels: 1024,
+        sender: SenderConfig {
+            capacity,
+            flush_threshold: capacity,
+            ..SenderConfig::default()
+        },
+        ..Config::default()
+    });
+    let ids = (0..CHANNELS as u32)
+        .map(|i| h.open_ok(i, 1 << 20, 4096))
+        .collect::<Vec<_>>();
+    // Fill the room, then cut every channel short.
+    let mut filled = 0;
+    while h.s.send_data(ids[0], &[7; 4096], h.now).unwrap() > 0 {
+        filled += 1;
+        assert!(filled < 100);
+    }
+    for &id in &ids[1..] {
+        assert_eq!(h.s.send_data(id, &[7; 4096], h.now).unwrap(), 0);
+    }
+    let per_drain = capacity / 4096 + 1;
+    let mut woken = Vec::new();
+    for _ in 0..2 * CHANNELS {
+        assert!(h.s.poll_flush_busy(h.now) || !h.s.transmit().is_empty());
+        let n = h.s.transmit().len();
+        h.s.advance_transmit(n);
+        let events = h.events();
+        assert!(
+            events.len() <= per_drain,
+            "one drain woke {} writers; the room takes {per_drain}",
+            events.len()
+        );
+        for e in events {
+            let Event::Writable { id } = e else {
+                panic!("{e:?}")
+            };
+            woken.push(id);
+            // The woken writer takes its packet (the room is then spent
+            // for the others until the next drain).
+            h.s.send_data(id, &[7; 4096 - DATA_OVERHEAD], h.now)
+                .unwrap();
+        }
+        if woken.len() == CHANNELS {
+            break;
+        }
+    }
+    // Each channel once, in the order it was cut short.
+    assert_eq!(
+        woken, ids,
+        "not every waiting writer was woken once, in order"
+    );
+}
+
 // ----- two sessions wired together ---------------------------------------------
 
 /// Moves bytes between two sessions like a driver pair would, with a fake
