@@ -785,7 +785,7 @@ function listen(host, address, options) {
   });
   server.on("upgrade", (req, sock, head) => {
     sock.tetherHead = true;
-    const refusal = upgradeRefusal(req);
+    const refusal = upgradeRefusal(req, head);
     if (refusal) {
       sock.end(refusal);
       return;
@@ -815,9 +815,13 @@ function listen(host, address, options) {
  * size and header lines (431), and HTTP/1.1 (400). `null` when the request
  * passes; else the whole response, as the Rust host words it.
  */
-export function upgradeRefusal(req) {
+export function upgradeRefusal(req, head = Buffer.alloc(0)) {
   let bytes = `${req.method} ${req.url} HTTP/${req.httpVersion}\r\n\r\n`.length;
   for (const field of req.rawHeaders) bytes += field.length + 2;
+  // Values of the header `name` (lower case), each line on its own.
+  const values = (name) => req.rawHeaders.filter((_, i) => i % 2 === 1 && req.rawHeaders[i - 1].toLowerCase() === name);
+  const hosts = values("host").length;
+  const versions = values("sec-websocket-version");
   let refusal = null;
   if (req.rawHeaders.length / 2 > MAX_REQUEST_HEADERS) {
     refusal = ["431 Request Header Fields Too Large", "too many header lines in the request head"];
@@ -825,6 +829,18 @@ export function upgradeRefusal(req) {
     refusal = ["431 Request Header Fields Too Large", `request head over ${MAX_REQUEST_HEAD_BYTES} bytes`];
   } else if (req.httpVersion !== "1.1") {
     refusal = ["400 Bad Request", "the opening handshake needs HTTP/1.1 or later"];
+  } else if (hosts !== 1) {
+    refusal = ["400 Bad Request", hosts === 0 ? "missing Host header" : "more than one Host header"];
+  } else if (values("content-length").some((v) => v.trim() !== "0") || values("transfer-encoding").length > 0) {
+    // The red team of 2026-12-04g, F5: node upgraded, and read the body
+    // as WebSocket frames.
+    refusal = ["400 Bad Request", "the opening handshake has no body (Content-Length or Transfer-Encoding)"];
+  } else if (head.length > 0) {
+    refusal = ["400 Bad Request", "bytes after the request head: frames come only after the 101"];
+  } else if (versions.length > 1) {
+    refusal = ["400 Bad Request", "more than one Sec-WebSocket-Version header"];
+  } else if (versions.length === 1 && versions[0].trim() !== "13") {
+    refusal = ["426 Upgrade Required", "unsupported Sec-WebSocket-Version: this server speaks 13"];
   }
   if (!refusal) return null;
   const [status, reason] = refusal;

@@ -53,6 +53,16 @@ test("upgrade requests past the Rust host's bounds are refused alike", async () 
       [`a head of ${MAX_REQUEST_HEAD_BYTES + 1} bytes`, padTo(MAX_REQUEST_HEAD_BYTES + 1), /^HTTP\/1\.1 431 /],
       ["HTTP/2.0", upgradeHead(addr).replace("HTTP/1.1", "HTTP/2.0"), /^HTTP\/1\.1 400 /],
       ["HTTP/1.0", upgradeHead(addr).replace("HTTP/1.1", "HTTP/1.0"), /^HTTP\/1\.1 400 /],
+      // The red team of 2026-12-04g, F5: node upgraded these, where the
+      // Rust host refuses them (host/src/websocket/upgrade.rs).
+      ["Sec-WebSocket-Version: 8", upgradeHead(addr).replace("Sec-WebSocket-Version: 13", "Sec-WebSocket-Version: 8"), /^HTTP\/1\.1 426 /],
+      ["two Sec-WebSocket-Version", withHeaders(addr, ["Sec-WebSocket-Version: 13\r\n"]), /^HTTP\/1\.1 400 /],
+      ["no Host", upgradeHead(addr).replace(/Host: [^\r]*\r\n/, ""), /^HTTP\/1\.1 400 /],
+      ["two Host", withHeaders(addr, ["Host: other\r\n"]), /^HTTP\/1\.1 400 /],
+      ["a body (Content-Length: 5)", withHeaders(addr, ["Content-Length: 5\r\n"]) + "hello", /^HTTP\/1\.1 400 /],
+      ["Transfer-Encoding: chunked", withHeaders(addr, ["Transfer-Encoding: chunked\r\n"]) + "0\r\n\r\n", /^HTTP\/1\.1 400 /],
+      ["a frame after the head", upgradeHead(addr) + "\x82\x80abcd", /^HTTP\/1\.1 400 /],
+      ["Content-Length: 0", withHeaders(addr, ["Content-Length: 0\r\n"]), /^HTTP\/1\.1 101 /],
     ];
     for (const [what, request, want] of cases) {
       assert.match(await statusOf(addr, request), want, what);

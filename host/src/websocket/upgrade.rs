@@ -86,7 +86,12 @@ impl Refusal {
 /// 16 bytes (sections 4.2.1 item 5 and 11.3.1), and exactly one
 /// `Sec-WebSocket-Version` that is 13 (sections 4.2.1 item 6 and 11.3.5).
 /// Header names and the tokens in `Upgrade` and `Connection` compare
-/// case-insensitively. Errors: the first requirement the head fails.
+/// case-insensitively. No body (`Content-Length` other than 0, any
+/// `Transfer-Encoding`), and nothing after the head: a client sends frames
+/// only once it has the 101 (section 4.1), so bytes there would be read as
+/// frames the client did not mean as such (a proxy in front may have passed
+/// them as a body). `head` is what the listener read: the head and whatever
+/// came with it. Errors: the first requirement the head fails.
 pub(crate) fn check(head: &[u8]) -> Result<(), Refusal> {
     if bare_lf(head).is_some() {
         return Err(Refusal::BadRequest(
@@ -95,14 +100,14 @@ pub(crate) fn check(head: &[u8]) -> Result<(), Refusal> {
     }
     let mut headers = [httparse::EMPTY_HEADER; MAX_REQUEST_HEADERS];
     let mut request = httparse::Request::new(&mut headers);
-    match request.parse(head) {
-        Ok(httparse::Status::Complete(_)) => {}
+    let head_len = match request.parse(head) {
+        Ok(httparse::Status::Complete(len)) => len,
         Ok(httparse::Status::Partial) => {
             return Err(Refusal::BadRequest("the request head is incomplete"));
         }
         Err(httparse::Error::TooManyHeaders) => return Err(Refusal::TooManyHeaders),
         Err(_) => return Err(Refusal::BadRequest("not an HTTP/1.1 request head")),
-    }
+    };
     if request.version != Some(1) {
         return Err(Refusal::BadRequest(
             "the opening handshake needs HTTP/1.1 or later",
@@ -133,6 +138,18 @@ pub(crate) fn check(head: &[u8]) -> Result<(), Refusal> {
         })
     };
     one("host", "missing Host header", "more than one Host header")?;
+    if all("content-length").any(|v| v.trim_ascii() != b"0")
+        || all("transfer-encoding").next().is_some()
+    {
+        return Err(Refusal::BadRequest(
+            "the opening handshake has no body (Content-Length or Transfer-Encoding)",
+        ));
+    }
+    if head_len < head.len() {
+        return Err(Refusal::BadRequest(
+            "bytes after the request head: frames come only after the 101",
+        ));
+    }
     if !names_token("upgrade", "websocket") {
         return Err(Refusal::UpgradeRequired(
             "this is a WebSocket endpoint: the request needs Upgrade: websocket",
@@ -188,6 +205,7 @@ mod tests {
     #[test]
     fn valid_requests_pass_in_any_case_and_with_token_lists() {
         assert_eq!(check(&good(&[])), Ok(()));
+        assert_eq!(check(&good(&["Content-Length: 0\r\n"])), Ok(()));
         let mixed = head(
             "GET / HTTP/1.1",
             &[
@@ -298,6 +316,11 @@ mod tests {
                 400,
             ),
             (good(&["X-Bare: lf\n"]), 400),
+            // A body, or bytes after the head (the red team of
+            // 2026-12-04g, F5).
+            (good(&["Content-Length: 5\r\n"]), 400),
+            (good(&["Transfer-Encoding: chunked\r\n"]), 400),
+            ([good(&[]), b"\x82\x80abcd".to_vec()].concat(), 400),
         ];
         for (i, (request, want)) in cases.into_iter().enumerate() {
             let refusal = bad(check(&request));
