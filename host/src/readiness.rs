@@ -566,22 +566,46 @@ pub(crate) fn signal_source<'a, T: Send + Sync + 'static>(
     }
 }
 
-/// A socket's read readiness as a source: the waker waits in tokio's
-/// read slot of the socket (nobody else polls it; `wasi:io` pollables use
-/// `readable()`, a separate waiter list).
+/// A socket's read readiness as a source. tokio keeps one waker in a
+/// socket's read slot (nobody else polls it; `wasi:io` pollables use
+/// `readable()`, a separate waiter list), so the waker placed there is the
+/// source's: it queues every registration of `watchers`, each of which
+/// then checks for itself. Before, each registration placed its own,
+/// replacing the one before: with the stream registered for `read` twice
+/// (two sets, or two keys), only the last one checked was ever woken (the
+/// scale audit of 2026-12-04h).
 pub(crate) fn read_source<'a>(
     watchers: &'a Watchers,
     stream: &Arc<tokio::net::TcpStream>,
 ) -> Source<'a> {
     let stream = Arc::downgrade(stream);
+    let list = Arc::downgrade(&watchers.list());
     Source {
         watchers,
-        check: Box::new(move |waker| {
+        check: Box::new(move |_| {
+            let Some(list) = list.upgrade() else {
+                return false;
+            };
+            let waker = Waker::from(list);
             stream.upgrade().is_some_and(|s| {
-                s.poll_read_ready(&mut Context::from_waker(waker))
+                s.poll_read_ready(&mut Context::from_waker(&waker))
                     .is_ready()
             })
         }),
+    }
+}
+
+/// The waker a socket's read slot holds for [`read_source`]: queues every
+/// registration watching the socket (O(registrations on it), usually 1).
+impl Wake for WatchList {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        for entry in self.lock().iter() {
+            entry.enqueue();
+        }
     }
 }
 

@@ -169,6 +169,41 @@ async fn byte_streams_and_byte_listeners_report_read_write_and_accept() {
     assert_eq!(set.len(), 0, "the byte stream's registrations went with it");
 }
 
+/// A byte stream registered for `read` in two sets (and under two keys in
+/// one) wakes every registration when bytes arrive. tokio keeps one waker
+/// per socket direction: before, each registration's check put its own
+/// there, and only the last one checked was woken (the scale audit of
+/// 2026-12-04h).
+#[tokio::test(flavor = "current_thread")]
+async fn every_read_registration_of_a_byte_stream_is_woken() {
+    use tokio::io::AsyncWriteExt;
+    let host = HostCtx::new(local_config()).unwrap();
+    let peer_listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let tcp = tokio::net::TcpStream::connect(peer_listener.local_addr().unwrap())
+        .await
+        .unwrap();
+    let (mut peer, _) = peer_listener.accept().await.unwrap();
+    let (stream, _input, _output) =
+        tether_host::tcp::open(tcp, &host, tether_host::metrics::Direction::Inbound).unwrap();
+    let (a, b) = (ReadinessSet::new(16), ReadinessSet::new(16));
+    a.register(&stream, Interest::Read, 1).unwrap();
+    a.register(&stream, Interest::Read, 2).unwrap();
+    b.register(&stream, Interest::Read, 3).unwrap();
+    assert_eq!(a.take_ready(8), vec![]);
+    assert_eq!(b.take_ready(8), vec![]);
+    peer.write_all(b"xyz").await.unwrap();
+    tokio::time::timeout(Duration::from_secs(5), async {
+        wait(&a).await;
+        wait(&b).await;
+    })
+    .await
+    .expect("a read registration was never woken");
+    let mut keys: Vec<u64> = a.take_ready(8).iter().map(|(k, _)| *k).collect();
+    keys.sort();
+    assert_eq!(keys, vec![1, 2]);
+    assert_eq!(b.take_ready(8), vec![(3, Interest::Read)]);
+}
+
 /// `readiness_set_entries` bounds a guest, not a set: a guest that makes
 /// 16 sets and fills each with one listener under new keys holds 4,096
 /// registrations in all (the old per-set bound let it hold 16 x 4,096,
