@@ -3,7 +3,7 @@
 //! WebSocket message per QUIC datagram.
 //!
 //! ```text
-//! quic-echo server listen ADDR [--max N] [--max-connections N] --cert HEX --key HEX [OPTIONS]
+//! quic-echo server listen ADDR [--max N] [--max-connections N] [--window-budget BYTES] --cert HEX --key HEX [OPTIONS]
 //! quic-echo server dial URL --cert HEX --key HEX [OPTIONS]
 //! quic-echo client URL --ca HEX [--name NAME] [--handshakes K] [OPTIONS] PHASE...
 //! OPTIONS: [--alpn PROTO]... [--idle-ms MS] [--keep-alive-ms MS] [--mtu BYTES] [--max-mtu BYTES]
@@ -22,7 +22,9 @@
 //! whose QUIC handshake has not completed 1 s after its accept, or waits
 //! in the host's accept queue;
 //! a stream whose peer starts no QUIC connection within the idle timeout
-//! is closed;
+//! is closed; the connections share `--window-budget` bytes (default 72
+//! MiB) for their windows, each starting at 40 KiB and taking its full
+//! windows once its handshake completes, while the budget has room;
 //! `dial`: one connection over a stream it dials). Certificates are DER in hex; the client verifies the server's
 //! certificate against `--ca` and the name `--name` (default `localhost`).
 //!
@@ -53,7 +55,9 @@ use tether_guest_sdk::{
     self as sdk, ErrorCode, Interest, ListenOptions, Message, MessageStream, Pollable,
     ReadinessSet, monotonic_clock, websocket,
 };
-use tether_quic::{App, Client, EchoServer, Error, Identity, Link, Options, Phase, config};
+use tether_quic::{
+    App, Client, EchoServer, Error, Identity, Link, Options, Phase, SharedBudget, Windows, config,
+};
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -89,11 +93,13 @@ struct Flags {
     handshakes: usize,
     max: u64,
     max_connections: u64,
+    window_budget: u64,
 }
 
 fn parse(args: &[String]) -> Result<Flags, Error> {
     let mut f = Flags {
         max_connections: DEFAULT_MAX_CONNECTIONS,
+        window_budget: DEFAULT_WINDOW_BUDGET,
         ..Flags::default()
     };
     f.options.aead = config::Aead::External(&host_aead::HOST_AEAD);
@@ -142,6 +148,7 @@ fn parse(args: &[String]) -> Result<Flags, Error> {
             }
             "--handshakes" => f.handshakes = number(value()?)? as usize,
             "--max" => f.max = number(value()?)?,
+            "--window-budget" => f.window_budget = number(value()?)?,
             "--max-connections" => {
                 f.max_connections = number(value()?)?;
                 if f.max_connections == 0 {
@@ -165,6 +172,22 @@ fn parse(args: &[String]) -> Result<Flags, Error> {
 /// state, so a peer opening message streams cannot grow the guest without
 /// bound.
 const DEFAULT_MAX_CONNECTIONS: u64 = 1024;
+
+/// Bytes the connections of a `listen` server share for their windows
+/// unless `--window-budget` says otherwise (`tether_quic::SharedBudget`):
+/// a connection whose handshake completed takes its full windows from it
+/// (receive and send windows, 8 MiB each, and a 2 MiB echo budget: four
+/// connections at a time), the others keep `Windows::FLOOR` (40 KiB). With
+/// 1,024 connections that is at most 72 + 40 MiB, plus their 16 KiB
+/// datagram buffers each way (32 MiB) and QUIC state (about 50 MiB): under
+/// the host's default 256 MiB of guest memory. Before, each connection
+/// could make the guest hold 100 streams x 5 MiB, and one peer had it
+/// stopped at its memory limit, with every connection in it (the red team
+/// of 2026-12-04i, F1).
+const DEFAULT_WINDOW_BUDGET: u64 = 72 << 20;
+
+/// Each way, bytes, for every connection of a `listen` server.
+const SHARED_DATAGRAM_BUFFER: usize = 16 << 10;
 
 fn ws_error(e: &ErrorCode) -> Error {
     Error::PipeClosed(sdk::describe(e))
@@ -678,6 +701,17 @@ fn server(args: &[String]) -> Result<(), Error> {
     let f = parse(args)?;
     let config = config::server_config(&identity(&f)?, &f.options)?;
     let new_link = || Link::server_with(Instant::now(), config.clone(), &f.options);
+    // `listen`: connections start at the floor windows and share the rest.
+    let floor = Options {
+        receive_window: Windows::FLOOR.receive.min(f.options.receive_window),
+        send_window: Windows::FLOOR.send.min(f.options.send_window),
+        datagram_buffer: SHARED_DATAGRAM_BUFFER.min(f.options.datagram_buffer),
+        ..f.options.clone()
+    };
+    let shared_config = config::server_config(&identity(&f)?, &floor)?;
+    let budget = SharedBudget::new(f.window_budget);
+    let full = Windows::of(&f.options);
+    let new_shared_link = || Link::server_with(Instant::now(), shared_config.clone(), &floor);
     let mut events: Loop<EchoServer> = Loop::new();
     let mut served = 0u64;
     let mut report = |p: Pipe<EchoServer>| {
@@ -785,8 +819,8 @@ fn server(args: &[String]) -> Result<(), Error> {
                     }
                     let pipe = Pipe::accepted(
                         stream,
-                        new_link(),
-                        EchoServer::new(),
+                        new_shared_link(),
+                        EchoServer::sharing(budget.clone(), full),
                         now,
                         f.options.idle_timeout,
                     );

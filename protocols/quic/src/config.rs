@@ -73,6 +73,18 @@ pub struct Options {
     /// Per-stream receive window, bytes: how much a peer may send on one
     /// stream ahead of the reader. Default 4 MiB.
     pub stream_window: u32,
+    /// Connection-wide receive window, bytes: how much a peer may send on
+    /// all streams of a connection together ahead of the reader
+    /// (`MAX_DATA`, RFC 9000 section 4.1). Default 8 MiB. Without it
+    /// (quinn-proto's default is unbounded) a peer that opened 100 streams
+    /// and filled each window made the reader hold 100 x `stream_window`
+    /// (the red team of 2026-12-04i, F1).
+    pub receive_window: u64,
+    /// Bytes of datagrams (RFC 9221) buffered each way: received ones not
+    /// yet taken, and ones queued to send. Default 64 KiB; at least one
+    /// datagram of the largest MTU fits. Past it, received datagrams are
+    /// dropped (they are unreliable) and sends wait.
+    pub datagram_buffer: usize,
     /// Connection-wide send window, bytes: unacknowledged data buffered for
     /// sending. Default 8 MiB.
     pub send_window: u64,
@@ -112,6 +124,8 @@ impl Default for Options {
             mtu: DEFAULT_MTU,
             max_mtu: MAX_MTU,
             stream_window: 4 << 20,
+            receive_window: 8 << 20,
+            datagram_buffer: 64 << 10,
             send_window: 8 << 20,
             aead: Aead::Builtin,
         }
@@ -164,9 +178,10 @@ impl Options {
             .min_mtu(self.mtu)
             .mtu_discovery_config(discovery)
             .stream_receive_window(VarInt::from_u32(self.stream_window))
+            .receive_window(VarInt::from_u64(self.receive_window).unwrap_or(VarInt::MAX))
             .send_window(self.send_window)
-            .datagram_receive_buffer_size(Some(1 << 20))
-            .datagram_send_buffer_size(1 << 20);
+            .datagram_receive_buffer_size(Some(self.datagram_buffer))
+            .datagram_send_buffer_size(self.datagram_buffer);
         Ok(Arc::new(t))
     }
 

@@ -8,6 +8,8 @@
 //! (quinn-proto's own bounded receive buffer holds the rest).
 
 use std::collections::VecDeque;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 use bytes::{Buf, Bytes};
@@ -17,6 +19,106 @@ use crate::{App, Link};
 
 /// Bytes a stream may hold between reading and echoing, per stream.
 pub const ECHO_BUFFER: usize = 1 << 20;
+
+/// Bytes all streams of a connection may hold together between reading
+/// and echoing, by default ([`EchoServer::with_budget`] sets another).
+/// Past it the server reads no stream of the connection until the echo
+/// drains, so the peer's connection window closes. Before, only
+/// [`ECHO_BUFFER`] per stream bounded it: 100 MiB for a peer that opened
+/// 100 streams and never read (the red team of 2026-12-04i, F1).
+pub const ECHO_CONNECTION_BUDGET: usize = 2 << 20;
+
+/// Chunks read under this size are copied out of the datagram they
+/// arrived in, bytes: a chunk is a slice of that datagram (up to 16 KiB)
+/// and would keep all of it alive, so many tiny chunks would hold far more
+/// than their count. A larger chunk holds at most 4 times its size.
+const COPY_BELOW: usize = 4096;
+
+/// What one connection may make the echo server hold, bytes: its
+/// connection-wide receive window (`MAX_DATA`), its send window
+/// (unacknowledged echo) and its echo budget (read, not yet written back).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Windows {
+    /// Connection-wide receive window ([`crate::Options::receive_window`]).
+    pub receive: u64,
+    /// Send window ([`crate::Options::send_window`]).
+    pub send: u64,
+    /// Echo budget ([`EchoServer::with_budget`]).
+    pub echo: usize,
+}
+
+impl Windows {
+    /// What a connection gets while the server's [`SharedBudget`] has no
+    /// room for a full share: 16 KiB each way and 8 KiB of echo, so 1,024
+    /// connections hold at most 40 MiB this way. Slow, never refused.
+    pub const FLOOR: Windows = Windows {
+        receive: 16 << 10,
+        send: 16 << 10,
+        echo: 8 << 10,
+    };
+
+    /// The windows of `options` and the default echo budget
+    /// ([`ECHO_CONNECTION_BUDGET`]).
+    pub fn of(options: &crate::Options) -> Windows {
+        Windows {
+            receive: options.receive_window,
+            send: options.send_window,
+            echo: ECHO_CONNECTION_BUDGET,
+        }
+    }
+
+    /// The bytes these windows let a connection make the server hold.
+    pub fn bytes(&self) -> u64 {
+        self.receive + self.send + self.echo as u64
+    }
+}
+
+/// Memory the connections of one echo server share, bytes: a connection
+/// takes a full share of [`Windows`] from it once its handshake completes
+/// and gives it back when it ends; while the budget has no room, a
+/// connection keeps [`Windows::FLOOR`]. So what a server of many
+/// connections holds is at most the budget plus the floor per connection,
+/// however many connections a peer opens and fills (the red team of
+/// 2026-12-04i, F1: without it, connections x windows passed the guest's
+/// memory limit, and the guest was stopped with every connection in it).
+/// Cloning shares the same budget.
+#[derive(Clone, Debug)]
+pub struct SharedBudget(Arc<AtomicU64>);
+
+impl SharedBudget {
+    /// A budget of `bytes`.
+    pub fn new(bytes: u64) -> SharedBudget {
+        SharedBudget(Arc::new(AtomicU64::new(bytes)))
+    }
+
+    /// Bytes not taken.
+    pub fn free(&self) -> u64 {
+        self.0.load(Ordering::Relaxed)
+    }
+
+    /// Takes `n` bytes if they are free.
+    fn take(&self, n: u64) -> bool {
+        self.0
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |free| {
+                free.checked_sub(n)
+            })
+            .is_ok()
+    }
+
+    fn give_back(&self, n: u64) {
+        self.0.fetch_add(n, Ordering::Relaxed);
+    }
+}
+
+/// A server's share of its [`SharedBudget`]: the full windows it asks
+/// for, and whether it holds them.
+struct Share {
+    budget: SharedBudget,
+    full: Windows,
+    /// The full share was asked for (once the handshake completed).
+    asked: bool,
+    held: bool,
+}
 
 /// What the server echoed.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -41,18 +143,78 @@ struct EchoStream {
 }
 
 /// The echo application; see the module docs.
-#[derive(Default)]
 pub struct EchoServer {
     streams: Vec<EchoStream>,
     datagram: Option<Bytes>,
     stats: EchoStats,
     done: bool,
+    /// Bytes all streams may hold between reading and echoing.
+    budget: usize,
+    /// Bytes they hold (the sum of each stream's `buffered`).
+    held: usize,
+    /// The connection's share of a server-wide budget, if any.
+    share: Option<Share>,
+}
+
+impl Drop for EchoServer {
+    fn drop(&mut self) {
+        if let Some(share) = &self.share
+            && share.held
+        {
+            share.budget.give_back(share.full.bytes());
+        }
+    }
+}
+
+impl Default for EchoServer {
+    fn default() -> Self {
+        EchoServer::with_budget(ECHO_CONNECTION_BUDGET)
+    }
 }
 
 impl EchoServer {
-    /// An echo server for one connection.
+    /// An echo server for one connection, holding at most
+    /// [`ECHO_CONNECTION_BUDGET`] bytes between reading and echoing.
     pub fn new() -> EchoServer {
         EchoServer::default()
+    }
+
+    /// An echo server for one connection whose streams hold at most
+    /// `budget` bytes together between reading and echoing (each at most
+    /// [`ECHO_BUFFER`]). A server of many connections gives each a share
+    /// of its memory. `budget` of 0 is taken as 1.
+    pub fn with_budget(budget: usize) -> EchoServer {
+        EchoServer {
+            streams: Vec::new(),
+            datagram: None,
+            stats: EchoStats::default(),
+            done: false,
+            budget: budget.max(1),
+            held: 0,
+            share: None,
+        }
+    }
+
+    /// An echo server for one connection of many, which share `budget`:
+    /// it starts with [`Windows::FLOOR`] (the link's options must grant no
+    /// more: `receive_window` and `send_window` at most the floor's) and
+    /// takes the `full` windows from `budget` once the handshake completes,
+    /// if they are free, raising the connection's windows (a `MAX_DATA`
+    /// goes out at once). Dropping the server gives them back.
+    pub fn sharing(budget: SharedBudget, full: Windows) -> EchoServer {
+        let mut e = EchoServer::with_budget(Windows::FLOOR.echo);
+        e.share = Some(Share {
+            budget,
+            full,
+            asked: false,
+            held: false,
+        });
+        e
+    }
+
+    /// Whether this server holds a full share of its [`SharedBudget`].
+    pub fn holds_full_share(&self) -> bool {
+        self.share.as_ref().is_some_and(|s| s.held)
     }
 
     /// What was echoed so far.
@@ -60,7 +222,15 @@ impl EchoServer {
         self.stats
     }
 
-    fn pump_stream(s: &mut EchoStream, conn: &mut quinn_proto::Connection, stats: &mut EchoStats) {
+    /// Echoes what `s` holds, then reads more while it and the connection
+    /// (`held` of `budget`) have room.
+    fn pump_stream(
+        s: &mut EchoStream,
+        conn: &mut quinn_proto::Connection,
+        stats: &mut EchoStats,
+        held: &mut usize,
+        budget: usize,
+    ) {
         loop {
             // Write back what is buffered.
             while let Some(front) = s.pending.front_mut() {
@@ -68,6 +238,7 @@ impl EchoServer {
                     Ok(n) => {
                         front.advance(n);
                         s.buffered -= n;
+                        *held -= n;
                         stats.bytes += n as u64;
                         if front.is_empty() {
                             s.pending.pop_front();
@@ -89,10 +260,10 @@ impl EchoServer {
                 }
                 return;
             }
-            if s.buffered >= ECHO_BUFFER {
+            if s.buffered >= ECHO_BUFFER || *held >= budget {
                 return;
             }
-            // Read more, up to the bound.
+            // Read more, up to the bounds.
             let mut recv = conn.recv_stream(s.id);
             let mut chunks = match recv.read(true) {
                 Ok(c) => c,
@@ -103,12 +274,19 @@ impl EchoServer {
             };
             let mut got = false;
             loop {
-                match chunks.next(ECHO_BUFFER - s.buffered) {
+                let room = (ECHO_BUFFER - s.buffered).min(budget - *held);
+                match chunks.next(room) {
                     Ok(Some(chunk)) => {
                         got = true;
-                        s.buffered += chunk.bytes.len();
-                        s.pending.push_back(chunk.bytes);
-                        if s.buffered >= ECHO_BUFFER {
+                        let n = chunk.bytes.len();
+                        s.buffered += n;
+                        *held += n;
+                        s.pending.push_back(if n < COPY_BELOW {
+                            Bytes::copy_from_slice(&chunk.bytes)
+                        } else {
+                            chunk.bytes
+                        });
+                        if s.buffered >= ECHO_BUFFER || *held >= budget {
                             break;
                         }
                     }
@@ -145,9 +323,24 @@ impl App for EchoServer {
         if link.is_closed() {
             self.done = true;
         }
+        let connected = link.is_connected();
         let Some(conn) = link.connection() else {
             return;
         };
+        if let Some(share) = &mut self.share
+            && connected
+            && !share.asked
+        {
+            share.asked = true;
+            if share.budget.take(share.full.bytes()) {
+                share.held = true;
+                conn.set_receive_window(
+                    VarInt::from_u64(share.full.receive).unwrap_or(VarInt::MAX),
+                );
+                conn.set_send_window(share.full.send);
+                self.budget = share.full.echo.max(1);
+            }
+        }
         while let Some(id) = conn.streams().accept(Dir::Bi) {
             self.stats.streams += 1;
             self.streams.push(EchoStream {
@@ -162,11 +355,17 @@ impl App for EchoServer {
         while let Some(id) = conn.streams().accept(Dir::Uni) {
             let _ = conn.recv_stream(id).stop(VarInt::from_u32(0));
         }
-        let stats = &mut self.stats;
+        let (stats, held, budget) = (&mut self.stats, &mut self.held, self.budget);
         for s in &mut self.streams {
-            EchoServer::pump_stream(s, conn, stats);
+            EchoServer::pump_stream(s, conn, stats, held, budget);
         }
-        self.streams.retain(|s| !s.done);
+        // An abandoned stream's bytes are dropped with it.
+        self.streams.retain(|s| {
+            if s.done {
+                *held -= s.buffered;
+            }
+            !s.done
+        });
         loop {
             if let Some(d) = self.datagram.take() {
                 match conn.datagrams().send(d, false) {

@@ -60,7 +60,7 @@ use std::time::{Duration, Instant};
 
 pub use client::{Client, Phase, Report};
 pub use config::{DEFAULT_ALPN, DEFAULT_MTU, DEFAULT_SERVER_NAME, Identity, MAX_MTU, Options};
-pub use echo::{EchoServer, EchoStats};
+pub use echo::{EchoServer, EchoStats, SharedBudget, Windows};
 pub use link::{Link, LinkStats};
 pub use quinn_proto;
 pub use rustls;
