@@ -50,6 +50,9 @@ pub(crate) struct BySource {
 struct Held {
     by_source: HashMap<IpAddr, usize>,
     total: usize,
+    /// Bytes each counted source has charged to `max_assembling_bytes`
+    /// ([`SourceCharge`]); a source at 0 has no entry.
+    assembling: HashMap<IpAddr, usize>,
 }
 
 /// A connection's place in the host's count and, when its source is
@@ -140,11 +143,71 @@ impl BySource {
         })
     }
 
+    /// Bytes `peer`'s source has charged to `max_assembling_bytes` (tests).
+    #[cfg(test)]
+    pub(crate) fn assembling(&self, peer: SocketAddr) -> usize {
+        let held = self.held.lock().unwrap_or_else(|e| e.into_inner());
+        held.assembling.get(&source_of(peer)).copied().unwrap_or(0)
+    }
+
     /// Connections `peer`'s source holds now (tests).
     #[cfg(test)]
     pub(crate) fn held(&self, peer: SocketAddr) -> usize {
         let held = self.held.lock().unwrap_or_else(|e| e.into_inner());
         held.by_source.get(&source_of(peer)).copied().unwrap_or(0)
+    }
+}
+
+impl SourcePlace {
+    /// The connection's source's share of `max_assembling_bytes`, when the
+    /// source is counted (not loopback, unless `count_loopback`).
+    pub(crate) fn source_charge(&self) -> Option<SourceCharge> {
+        self.source.map(|source| SourceCharge {
+            counts: self.counts.clone(),
+            source,
+        })
+    }
+}
+
+/// What one source's connections charge to `max_assembling_bytes`
+/// together: a source may hold at most a share of it, so that one address
+/// parking unfinished messages on a few connections cannot fail every
+/// other client's large messages with 1013 (the red team of 2026-12-04g,
+/// left open then). Cost: one short lock per read past a stream's
+/// allowance, and per release.
+#[derive(Clone)]
+pub(crate) struct SourceCharge {
+    counts: Arc<BySource>,
+    source: IpAddr,
+}
+
+impl SourceCharge {
+    /// Charges `n` bytes if the source then holds at most `max`.
+    pub(crate) fn try_add(&self, n: usize, max: usize) -> bool {
+        let mut held = self.counts.held.lock().unwrap_or_else(|e| e.into_inner());
+        let now = held.assembling.entry(self.source).or_insert(0);
+        if *now + n > max {
+            if *now == 0 {
+                held.assembling.remove(&self.source);
+            }
+            return false;
+        }
+        *now += n;
+        true
+    }
+
+    /// Gives back `n` bytes charged with [`SourceCharge::try_add`].
+    pub(crate) fn sub(&self, n: usize) {
+        if n == 0 {
+            return;
+        }
+        let mut held = self.counts.held.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(now) = held.assembling.get_mut(&self.source) {
+            *now = now.saturating_sub(n);
+            if *now == 0 {
+                held.assembling.remove(&self.source);
+            }
+        }
     }
 }
 
@@ -241,6 +304,30 @@ pub fn raise_descriptor_limit() -> std::io::Result<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A source's connections share one assembling charge: at most
+    /// `max` together, given back byte for byte; another source has its
+    /// own; a loopback source (not counted) has none.
+    #[test]
+    fn a_sources_connections_share_one_assembling_charge() {
+        let counts = BySource::new(8, false, usize::MAX);
+        let a = |port| SocketAddr::from(([10, 0, 0, 1], port));
+        let b = SocketAddr::from(([10, 0, 0, 2], 1));
+        let (one, two) = (counts.take(a(1)).unwrap(), counts.take(a(2)).unwrap());
+        let (c1, c2) = (one.source_charge().unwrap(), two.source_charge().unwrap());
+        assert!(c1.try_add(600, 1000));
+        assert!(!c2.try_add(500, 1000), "past the source's share");
+        assert!(c2.try_add(400, 1000));
+        assert_eq!(counts.assembling(a(1)), 1000);
+        let other = counts.take(b).unwrap().source_charge().unwrap();
+        assert!(other.try_add(1000, 1000), "another source has its own");
+        c1.sub(600);
+        c2.sub(400);
+        assert_eq!(counts.assembling(a(1)), 0);
+        assert!(counts.held.lock().unwrap().assembling.len() == 1);
+        let local = counts.take(SocketAddr::from(([127, 0, 0, 1], 1))).unwrap();
+        assert!(local.source_charge().is_none(), "loopback is not counted");
+    }
 
     /// A source holds at most its bound and gets places back as its
     /// connections close; other sources are not affected; loopback counts

@@ -185,6 +185,16 @@ impl ControlPace {
 /// about this size never fail for what other streams hold.
 pub const ASSEMBLY_ALLOWANCE_BYTES: usize = 64 * 1024;
 
+/// The share of `max_assembling_bytes` one source (an IPv4 address, an
+/// IPv6 /64) may hold over all its accepted streams: the budget divided by
+/// this, or one largest message (`max_message_bytes`, at most the budget)
+/// if that is more. Loopback sources are not counted unless
+/// `count_loopback_connections` (as for `max_connections_per_source`).
+/// Before, one address parking four 64 MiB unfinished messages held the
+/// default budget, and every other client's messages past their 64 KiB
+/// allowance failed with 1013 for as long as it stayed.
+pub const ASSEMBLING_SHARES: usize = 4;
+
 /// Bytes each message stream queues each way (inbound and outbound)
 /// outside the host's `max_buffered_bytes` budget (see
 /// [`crate::config::Limits::max_buffered_bytes`]): a stream with less than
@@ -320,6 +330,9 @@ pub(crate) struct Shared {
     reader: Mutex<Option<AbortHandle>>,
     writer: Mutex<Option<AbortHandle>>,
     stats: Arc<crate::Stats>,
+    /// Where the stream's `max_assembling_bytes` charges go (its queued
+    /// messages' charge is given back here).
+    charges: Arc<Charges>,
     metrics: Arc<crate::metrics::Metrics>,
     /// Counts the connection in `tether_connections_open` while it lives.
     _open: crate::metrics::OpenConnection,
@@ -430,8 +443,7 @@ impl Shared {
         st.inbound_bytes -= queued;
         self.stats.release_buffered(queued, self.buffer_budget);
         if st.inbound.is_empty() && st.queued_charge > 0 {
-            self.stats
-                .sub_assembling(std::mem::take(&mut st.queued_charge));
+            self.charges.sub(std::mem::take(&mut st.queued_charge));
         }
         let has_room = self.inbound_open(&st);
         drop(st);
@@ -672,7 +684,7 @@ impl Drop for Shared {
     fn drop(&mut self) {
         let st = self.lock();
         let queued = st.inbound_bytes + st.outbound_bytes;
-        self.stats.sub_assembling(st.queued_charge);
+        self.charges.sub(st.queued_charge);
         drop(st);
         self.stats.release_buffered(queued, self.buffer_budget);
     }
@@ -770,15 +782,25 @@ impl MessageStream {
         S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     {
         let limits = &host.config.limits;
+        let charges = Arc::new(Charges {
+            stats: host.stats.clone(),
+            budget: limits.max_assembling_bytes,
+            share: (limits.max_assembling_bytes / ASSEMBLING_SHARES)
+                .max(limits.max_message_bytes.min(limits.max_assembling_bytes)),
+            source: ws
+                .get_ref()
+                ._place
+                .as_ref()
+                .and_then(crate::connections::SourcePlace::source_charge),
+        });
         let assembly = Arc::new(Assembly {
             held: Default::default(),
             charged: Default::default(),
-            budget: limits.max_assembling_bytes,
             control_header: match direction {
                 Direction::Inbound => 6,
                 Direction::Outbound => 2,
             },
-            stats: host.stats.clone(),
+            charges: charges.clone(),
         });
         ws.get_mut().assembly = Some(assembly.clone());
         let (sink, stream) = ws.split();
@@ -788,6 +810,7 @@ impl MessageStream {
             me: me.clone(),
             sink: Mutex::new(Some(Box::pin(sink))),
             stats: host.stats.clone(),
+            charges,
             metrics: host.metrics.clone(),
             _open: host.metrics.connection(Interface::WebSocket, direction),
             state: Mutex::new(State::default()),
@@ -1589,27 +1612,75 @@ struct Assembly {
     held: std::sync::atomic::AtomicUsize,
     /// The part of `held` charged to the budget.
     charged: std::sync::atomic::AtomicUsize,
-    /// `max_assembling_bytes`.
-    budget: usize,
     /// Bytes of a frame header besides the payload length of a control
     /// frame from the peer: 2, plus the 4-byte mask a client's frames carry
     /// (RFC 6455 section 5.2).
     control_header: usize,
-    stats: Arc<crate::Stats>,
+    charges: Arc<Charges>,
 }
 
-/// The error a [`Metered`] read returns when the host's
-/// `max_assembling_bytes` budget has no room for it.
+/// Where a stream's `max_assembling_bytes` charges go: the host's sum and,
+/// for an accepted stream whose source is counted, its source's share
+/// ([`ASSEMBLING_SHARES`]).
+struct Charges {
+    stats: Arc<crate::Stats>,
+    /// `max_assembling_bytes`.
+    budget: usize,
+    /// The source's share of it, bytes.
+    share: usize,
+    source: Option<crate::connections::SourceCharge>,
+}
+
+impl Charges {
+    /// Charges `n` bytes to the host and the source. Errors: either has
+    /// no room (nothing is charged).
+    fn try_add(&self, n: usize) -> Result<(), AssemblyBudgetFull> {
+        if !self.stats.try_add_assembling(n, self.budget) {
+            return Err(AssemblyBudgetFull::Host(self.budget));
+        }
+        if let Some(source) = &self.source
+            && !source.try_add(n, self.share)
+        {
+            self.stats.sub_assembling(n);
+            return Err(AssemblyBudgetFull::Source(self.share));
+        }
+        Ok(())
+    }
+
+    /// Gives back `n` bytes charged with [`Charges::try_add`].
+    fn sub(&self, n: usize) {
+        if n == 0 {
+            return;
+        }
+        self.stats.sub_assembling(n);
+        if let Some(source) = &self.source {
+            source.sub(n);
+        }
+    }
+}
+
+/// The error a [`Metered`] read returns when the `max_assembling_bytes`
+/// budget, or the peer's source's share of it, has no room for it.
 #[derive(Debug)]
-struct AssemblyBudgetFull(usize);
+enum AssemblyBudgetFull {
+    /// The host's budget (bytes).
+    Host(usize),
+    /// The source's share (bytes).
+    Source(usize),
+}
 
 impl std::fmt::Display for AssemblyBudgetFull {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "the host holds {} bytes of unfinished inbound messages already (limit max_assembling_bytes)",
-            self.0
-        )
+        match self {
+            AssemblyBudgetFull::Host(n) => write!(
+                f,
+                "the host holds {n} bytes of unfinished inbound messages already (limit max_assembling_bytes)"
+            ),
+            AssemblyBudgetFull::Source(n) => write!(
+                f,
+                "this peer's source holds {n} bytes of unfinished inbound messages already (its share of max_assembling_bytes)"
+            ),
+        }
     }
 }
 
@@ -1637,9 +1708,7 @@ impl Assembly {
             .saturating_sub(ASSEMBLY_ALLOWANCE_BYTES)
             .saturating_sub(charged);
         if need > 0 {
-            if !self.stats.try_add_assembling(need, self.budget) {
-                return Err(std::io::Error::other(AssemblyBudgetFull(self.budget)));
-            }
+            self.charges.try_add(need).map_err(std::io::Error::other)?;
             self.charged.store(charged + need, Relaxed);
         }
         Ok(())
@@ -1664,7 +1733,7 @@ impl Assembly {
         let charged = self.charged.load(Relaxed);
         if charged > over {
             self.charged.store(over, Relaxed);
-            self.stats.sub_assembling(charged - over);
+            self.charges.sub(charged - over);
         }
     }
 
@@ -1673,9 +1742,7 @@ impl Assembly {
         use std::sync::atomic::Ordering::Relaxed;
         self.held.store(0, Relaxed);
         let charged = self.charged.swap(0, Relaxed);
-        if charged > 0 {
-            self.stats.sub_assembling(charged);
-        }
+        self.charges.sub(charged);
     }
 }
 

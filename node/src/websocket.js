@@ -47,6 +47,14 @@ const size = (data) => (typeof data === "string" ? Buffer.byteLength(data, "utf8
  */
 const REFUSED_BUSY = "HTTP/1.1 503 Service Unavailable\r\nConnection: close\r\nContent-Length: 0\r\n\r\n";
 
+/**
+ * How long a stream `ws` failed keeps its socket, paused, after its close
+ * frame and FIN are out, ms (at most `lingerTimeoutMs`): long enough for
+ * the peer to read the close frame before the reset that closing a socket
+ * with unread bytes sends.
+ */
+const FAILED_CLOSE_GRACE_MS = 1000;
+
 /** Close code 1013, Try Again Later: the host-wide assembling budget is spent. */
 const CLOSE_TRY_AGAIN_LATER = 1013;
 
@@ -187,6 +195,8 @@ class Conn {
     // The stream failed (the assembling budget, a control flood, or an
     // error `ws` found): it reads no more, and charges nothing more.
     this.spent = false;
+    // `ws` failed the stream and its socket is paused for good.
+    this.readingStopped = false;
     // Frames from a client carry a 4-byte mask (RFC 6455 section 5.2).
     this.assembly = new Assembly(host.stats, host.limits.maxAssemblingBytes, ws._isServer ? 6 : 2);
     ws._socket?.prependListener("data", (chunk) => {
@@ -314,20 +324,30 @@ class Conn {
    * the stream charges nothing more to `maxAssemblingBytes` and gives back
    * what it held; the socket is paused (TCP pushes the peer back) and
    * closed once the close frame and the FIN are out, as the Rust host
-   * closes TCP right after its close frame (RFC 6455 section 7.1.7). Before,
+   * closes TCP after its close frame (RFC 6455 section 7.1.7; here
+   * FAILED_CLOSE_GRACE_MS later, at most the linger). Before,
    * a peer writing on after its error was read at full speed for the
    * whole linger, every byte charged (red team 2026-12-04g, finding 2).
    */
   stopReading() {
-    if (this.spent) return;
+    // Also when the stream failed before (a control flood, the budget):
+    // ws's error resumes the socket all the same (the red team of
+    // 2026-12-04j, F1: 1.4 GB/s read after a flood, then a bad frame).
+    if (this.readingStopped) return;
+    this.readingStopped = true;
     this.spent = true;
     this.assembly.ended();
     const sock = this.ws._socket;
     if (!sock) return;
     // After ws's own resume, which it queues with process.nextTick.
     process.nextTick(() => sock.pause());
-    if (sock.writableFinished) sock.destroy();
-    else sock.once("finish", () => sock.destroy());
+    // Closed a moment after the close frame and FIN are out, not at once:
+    // closing with unread bytes sends a reset, and a reset makes the peer's
+    // kernel drop what it has not read yet, the close frame included.
+    const grace = Math.min(FAILED_CLOSE_GRACE_MS, this.host.limits.lingerTimeoutMs);
+    const close = () => setTimeout(() => sock.destroy(), grace).unref();
+    if (sock.writableFinished) close();
+    else sock.once("finish", close);
   }
 
   onClose(code, reason) {

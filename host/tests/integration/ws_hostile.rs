@@ -180,7 +180,20 @@ fn listen_address() -> (String, SocketAddr) {
 
 /// Client side of the upgrade on a raw socket, once the guest listens.
 async fn raw_upgrade(addr: SocketAddr) -> TcpStream {
-    let mut tcp = connect_when_up(addr).await;
+    upgrade_on(connect_when_up(addr).await, addr).await
+}
+
+/// [`raw_upgrade`] from the local address `from` (another loopback
+/// address: another source to the host), once the guest listens.
+async fn raw_upgrade_from(addr: SocketAddr, from: std::net::IpAddr) -> TcpStream {
+    drop(connect_when_up(addr).await);
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.bind(SocketAddr::new(from, 0)).unwrap();
+    upgrade_on(socket.connect(addr).await.unwrap(), addr).await
+}
+
+/// Sends the upgrade request on `tcp` and reads the 101.
+async fn upgrade_on(mut tcp: TcpStream, addr: SocketAddr) -> TcpStream {
     tcp.set_nodelay(true).unwrap();
     tcp.write_all(
         format!(
@@ -336,7 +349,7 @@ fn violations(mask: bool) -> Vec<(&'static str, Vec<u8>, u16)> {
         // never sees, since the message never reaches it; before, the
         // host parsed such fragments for as long as the peer sent them.
         (
-            "a message of 1,025 empty fragments",
+            "a message of 16,385 empty fragments",
             empty_fragments(
                 tokio_tungstenite::tungstenite::protocol::frame::FREE_FRAGMENTS + 1,
                 mask,
@@ -373,8 +386,8 @@ fn fragmented(size: usize, fragment: usize, mask: bool) -> Vec<u8> {
 
 /// Messages a peer may fragment as finely as it likes within the rule
 /// (`FREE_FRAGMENTS` frames, then `BYTES_PER_FRAGMENT` bytes a frame on
-/// average) reach the guest whole: 1,024 empty frames (the last with
-/// FIN), and 1 MiB in 16,384 fragments of 64 bytes (Autobahn's finest, case
+/// average) reach the guest whole: 16,384 empty frames (the last with
+/// FIN), and 2 MiB in 32,768 fragments of 64 bytes (Autobahn's finest, case
 /// 9.3.1, takes 4 MiB in 64-byte fragments).
 #[tokio::test(flavor = "current_thread")]
 async fn finely_fragmented_messages_within_the_rule_reach_the_guest() {
@@ -384,7 +397,7 @@ async fn finely_fragmented_messages_within_the_rule_reach_the_guest() {
         let script = [
             empty_fragments(free - 1, false),
             frame(0x80, b"", false),
-            fragmented(1 << 20, 64, false),
+            fragmented(2 << 20, 64, false),
             frame(0x88, &close_payload(1000, ""), false),
         ]
         .concat();
@@ -392,7 +405,7 @@ async fn finely_fragmented_messages_within_the_rule_reach_the_guest() {
         let out = probe(&runner, &["recv-all", &format!("ws://{addr}/"), "0"]).await;
         assert!(
             out.stdout_text()
-                .contains(&format!("ok received 2 {} close=1000", 1 << 20)),
+                .contains(&format!("ok received 2 {} close=1000", 2 << 20)),
             "{}",
             show(&out)
         );
@@ -1480,6 +1493,91 @@ async fn unfinished_messages_past_the_host_budget_fail_with_1013() {
         let (out, peers) = tokio::join!(guest, peers);
         peers.unwrap();
         assert!(out.success(), "{}", show(&out));
+    })
+    .await
+    .expect("test deadline");
+}
+
+/// One source holds at most a quarter of `max_assembling_bytes`
+/// (`ASSEMBLING_SHARES`; at least one largest message) over all its
+/// streams: five peers from 127.0.0.2 each opening a 1.5 MiB unfinished
+/// message under an 8 MiB budget get 2 MiB between them (the second and
+/// later are failed with 1013), and a 1.75 MiB message from another source
+/// (127.0.0.1) is echoed. Before, the five held 7.2 MiB and the other
+/// source's message was failed with 1013. (Loopback sources count here:
+/// `count_loopback_connections`.)
+#[tokio::test(flavor = "current_thread")]
+async fn one_source_holds_at_most_a_share_of_the_assembling_budget() {
+    const FRAGMENT: usize = 3 << 19;
+    const BUDGET: usize = 8 << 20;
+    const HONEST: usize = 7 << 18;
+    const ATTACKERS: usize = 5;
+    tokio::time::timeout(Duration::from_secs(120), async {
+        let mut config = local_config();
+        config.limits.max_message_bytes = 2 << 20;
+        config.limits.max_assembling_bytes = BUDGET;
+        config.limits.count_loopback_connections = true;
+        let runner = runner(config);
+        let stats = runner.host().stats.clone();
+        let (listen, addr) = listen_address();
+        let guest = echo(&runner, &["server", &listen, &(ATTACKERS + 1).to_string()]);
+        let attacker: std::net::IpAddr = "127.0.0.2".parse().unwrap();
+        let seen = stats.clone();
+        let peers = peer_runtime().spawn(async move {
+            let stats = seen;
+            let mut attackers = Vec::new();
+            let mut failed = 0;
+            for _ in 0..ATTACKERS {
+                let (mut rx, mut tx) = raw_upgrade_from(addr, attacker).await.into_split();
+                let _ = tx.write_all(&open_fragment(FRAGMENT)).await;
+                // Within 1 s: the host's 1013, or the charge in place.
+                let close = tokio::time::timeout(Duration::from_secs(1), next_frame(&mut rx)).await;
+                if let Ok(Some((0x88, payload))) = &close {
+                    assert_eq!(payload.get(..2), Some(&1013u16.to_be_bytes()[..]));
+                    failed += 1;
+                }
+                attackers.push((rx, tx));
+            }
+            let parked = stats.assembling_bytes();
+            assert!(
+                parked <= BUDGET / 4,
+                "one source parked {parked} bytes of a {BUDGET}-byte budget"
+            );
+            assert_eq!(
+                failed,
+                ATTACKERS - 1,
+                "the attacker's streams past its share"
+            );
+            // Another source's large message goes through.
+            let (mut rx, mut tx) = raw_upgrade(addr).await.into_split();
+            tx.write_all(&frame(0x82, &vec![0x42; HONEST], true))
+                .await
+                .unwrap();
+            let echoed = next_frame(&mut rx).await;
+            assert_eq!(
+                echoed.as_ref().map(|(first, p)| (*first, p.len())),
+                Some((0x82, HONEST)),
+                "the other source's message (the attacker parked {parked} bytes): {:?}",
+                echoed.map(|(f, p)| (f, p.get(..2).map(<[u8]>::to_vec)))
+            );
+            tx.write_all(&frame(0x88, &close_payload(1000, ""), true))
+                .await
+                .unwrap();
+            for (_, mut tx) in attackers {
+                let _ = tx
+                    .write_all(&frame(0x88, &close_payload(1000, ""), true))
+                    .await;
+            }
+        });
+        let (_, peers) = tokio::join!(guest, peers);
+        peers.unwrap();
+        assert!(
+            time_until(Duration::from_secs(10), || stats.assembling_bytes() == 0)
+                .await
+                .is_some(),
+            "{} bytes still charged",
+            stats.assembling_bytes()
+        );
     })
     .await
     .expect("test deadline");

@@ -103,18 +103,18 @@ where
 const RETAINED_OUT_BUFFER_BYTES: usize = 256 * 1024;
 
 /// Frames a fragmented message may take whatever their size (Tether
-/// patch). Past them, its frames must average [`BYTES_PER_FRAGMENT`]
-/// bytes of payload, or the reader fails with
-/// `ProtocolError::TooManyFragments`.
-pub const FREE_FRAGMENTS: usize = 1024;
+/// patch): 16,384, as `ws` (Node.js) allows any message. Past them, its
+/// frames must average [`BYTES_PER_FRAGMENT`] bytes of payload, or the
+/// reader fails with `ProtocolError::TooManyFragments`.
+pub const FREE_FRAGMENTS: usize = 16 * 1024;
 
 /// Average payload bytes per frame a fragmented message must carry past
 /// [`FREE_FRAGMENTS`] (Tether patch): a message of `n` bytes may take
-/// `FREE_FRAGMENTS + n / BYTES_PER_FRAGMENT` frames. So a peer's framing
-/// (2 to 14 bytes of header a frame) costs the reader at most about its
-/// payload, plus 14 KiB a message; Autobahn's smallest fragments (64 bytes,
-/// case 9.3.1) pass four times over.
-pub const BYTES_PER_FRAGMENT: usize = 16;
+/// `FREE_FRAGMENTS + n / BYTES_PER_FRAGMENT` frames. So a message the
+/// application never receives costs the reader at most 16,384 frames, and
+/// one it does at most one frame per 64 bytes past them; Autobahn's
+/// finest fragments (64 bytes, case 9.3.1: 65,536 frames for 4 MiB) pass.
+pub const BYTES_PER_FRAGMENT: usize = 64;
 
 /// What the message reader knows when a frame header arrives (Tether
 /// patch): the checks it would make once the frame is complete, made on
