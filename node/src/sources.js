@@ -55,6 +55,25 @@ export class ConnectionsBySource {
     this.bySource = new Map();
     /** Connections held in all, loopback included. */
     this.total = 0;
+    /** Bytes each counted source charges to maxAssemblingBytes (websocket.js `Charges`). */
+    this.assembling = new Map();
+  }
+
+  /** Whether a client at `addr` counts against its source (not loopback, unless countLoopback). */
+  counts(addr) {
+    return this.countLoopback || !isLoopback(addr);
+  }
+
+  /** Bytes `source` charges to maxAssemblingBytes now. */
+  assemblingOf(source) {
+    return this.assembling.get(source) ?? 0;
+  }
+
+  /** Adds `n` (may be negative) to what `source` charges to maxAssemblingBytes. */
+  addAssembling(source, n) {
+    const now = this.assemblingOf(source) + n;
+    if (now > 0) this.assembling.set(source, now);
+    else this.assembling.delete(source);
   }
 
   /**

@@ -55,6 +55,9 @@ const REFUSED_BUSY = "HTTP/1.1 503 Service Unavailable\r\nConnection: close\r\nC
  */
 const FAILED_CLOSE_GRACE_MS = 1000;
 
+/** One source's share of `maxAssemblingBytes`: the budget divided by this (host/src/websocket.rs). */
+export const ASSEMBLING_SHARES = 4;
+
 /** Close code 1013, Try Again Later: the host-wide assembling budget is spent. */
 const CLOSE_TRY_AGAIN_LATER = 1013;
 
@@ -122,22 +125,20 @@ export class ControlPace {
  * streams hold together, accepted by the guest or not yet.
  */
 class Assembly {
-  constructor(stats, limit, controlHeader) {
-    this.stats = stats;
-    this.limit = limit;
+  constructor(charges, controlHeader) {
+    this.charges = charges;
     this.controlHeader = controlHeader;
     this.held = 0;
     this.charged = 0;
   }
-  /** `n` bytes read; `false` when charging them would pass the budget. */
+  /** `n` bytes read; `false` when charging them would pass the budget or the source's share. */
   read(n) {
     this.held += n;
     const over = Math.max(0, this.held - ASSEMBLY_ALLOWANCE_BYTES);
     if (over <= this.charged) return true;
     const need = over - this.charged;
-    if (this.stats.assembling + need > this.limit) return false;
+    if (!this.charges.tryAdd(need)) return false;
     this.charged += need;
-    this.stats.addAssembling(need);
     return true;
   }
   /** A data message was handed over: its charge, moved to the caller. */
@@ -152,15 +153,45 @@ class Assembly {
     this.held = Math.max(0, this.held - this.controlHeader - payload);
     const over = Math.max(0, this.held - ASSEMBLY_ALLOWANCE_BYTES);
     if (this.charged > over) {
-      this.stats.subAssembling(this.charged - over);
+      this.charges.sub(this.charged - over);
       this.charged = over;
     }
   }
   /** The stream ended: nothing is held. */
   ended() {
-    this.stats.subAssembling(this.charged);
+    this.charges.sub(this.charged);
     this.held = 0;
     this.charged = 0;
+  }
+}
+
+/**
+ * Where a stream's `maxAssemblingBytes` charges go: the host's sum and,
+ * for an accepted stream whose source is counted, its source's share, a
+ * quarter of the budget or one largest message if more
+ * (host/src/websocket.rs `Charges`, `ASSEMBLING_SHARES`).
+ */
+class Charges {
+  constructor(host, source) {
+    this.stats = host.stats;
+    this.limit = host.limits.maxAssemblingBytes;
+    this.share = Math.max(Math.floor(this.limit / ASSEMBLING_SHARES), Math.min(host.limits.maxMessageBytes, this.limit));
+    this.bySource = source === null ? null : connectionsBySource(host);
+    this.source = source;
+  }
+  /** Charges `n` bytes; `false` (nothing charged) when the host or the source has no room. */
+  tryAdd(n) {
+    if (this.stats.assembling + n > this.limit) return false;
+    if (this.bySource && this.bySource.assemblingOf(this.source) + n > this.share) return false;
+    this.stats.addAssembling(n);
+    this.bySource?.addAssembling(this.source, n);
+    return true;
+  }
+  /** Gives back `n` bytes charged with `tryAdd`. */
+  sub(n) {
+    if (!n) return;
+    this.stats.subAssembling(n);
+    this.bySource?.addAssembling(this.source, -n);
   }
 }
 
@@ -198,7 +229,10 @@ class Conn {
     // `ws` failed the stream and its socket is paused for good.
     this.readingStopped = false;
     // Frames from a client carry a 4-byte mask (RFC 6455 section 5.2).
-    this.assembly = new Assembly(host.stats, host.limits.maxAssemblingBytes, ws._isServer ? 6 : 2);
+    // An accepted stream's source shares its charges (loopback only when counted).
+    const remote = ws._socket?.remoteAddress;
+    const counted = ws._isServer && remote !== undefined && connectionsBySource(host).counts(remote);
+    this.assembly = new Assembly(new Charges(host, counted ? sourceOf(remote) : null), ws._isServer ? 6 : 2);
     ws._socket?.prependListener("data", (chunk) => {
       if (this.spent) return;
       if (!this.assembly.read(chunk.length)) this.overBudget();
@@ -281,7 +315,7 @@ class Conn {
 
   /** Gives back the charge of messages queued for the guest. */
   releaseQueuedCharge() {
-    this.host.stats.subAssembling(this.queuedCharge);
+    this.assembly.charges.sub(this.queuedCharge);
     this.queuedCharge = 0;
   }
 
@@ -289,7 +323,7 @@ class Conn {
     const charge = this.assembly.messageDelivered();
     if (this.failure) {
       // Not queued (the stream failed): its charge goes back at once.
-      this.host.stats.subAssembling(charge);
+      this.assembly.charges.sub(charge);
       return;
     }
     this.queuedCharge += charge;

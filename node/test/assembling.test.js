@@ -39,11 +39,11 @@ function frame(opcode, payload, fin = true) {
   return Buffer.concat([head, mask, body]);
 }
 
-/** A raw WebSocket client of `addr`: the socket once upgraded, and the bytes it received since. */
-function upgrade(addr) {
+/** A raw WebSocket client of `addr` (from `localAddress`, if given): the socket once upgraded, and the bytes it received since. */
+function upgrade(addr, localAddress) {
   const [host, port] = addr.split(":");
   return new Promise((resolve, reject) => {
-    const sock = net.connect({ host, port: Number(port) });
+    const sock = net.connect({ host, port: Number(port), localAddress });
     const got = { bytes: Buffer.alloc(0), ended: false };
     sock.on("error", () => {});
     sock.on("close", () => (got.ended = true));
@@ -135,4 +135,42 @@ test("complete messages the guest has not taken stay charged", async () => {
   assert.equal(host.stats.assembling, 0);
   for (const p of peers) p.sock.destroy();
   listener[Symbol.dispose]();
+});
+
+test("one source holds at most a share of the budget", async () => {
+  // host/tests/integration/ws_hostile.rs
+  // one_source_holds_at_most_a_share_of_the_assembling_budget: five peers
+  // from 127.0.0.2 with 1.5 MiB unfinished each under an 8 MiB budget get
+  // a quarter of it (2 MiB) between them; a 1.75 MiB message from
+  // 127.0.0.1 goes through. Before, they parked 7.5 MB and it got 1013.
+  const { host, listener, addr } = await listening({
+    maxMessageBytes: 2 * MIB,
+    maxAssemblingBytes: 8 * MIB,
+    countLoopbackConnections: true,
+  });
+  const attackers = [];
+  let honest = null;
+  try {
+    let failed = 0;
+    for (let n = 0; n < 5; n++) {
+      const p = await upgrade(addr, "127.0.0.2");
+      p.sock.write(frame(0x2, Buffer.alloc(3 * (MIB >> 1), 0x41), false));
+      await new Promise((r) => setTimeout(r, 300));
+      if (closeCode(p.got) === 1013) failed++;
+      attackers.push(p);
+    }
+    assert.equal(failed, 4, "the attacker's streams past its share");
+    assert.ok(host.stats.assembling <= 2 * MIB, `one source parked ${host.stats.assembling} bytes`);
+    honest = await upgrade(addr);
+    honest.sock.write(frame(0x2, Buffer.alloc(7 * (MIB >> 2), 0x42)));
+    await until("the other source's message is read", () => [...host.conns].some((c) => c.inbound.some((m) => m.msg.val.length === 7 * (MIB >> 2))));
+    assert.equal(closeCode(honest.got), undefined, "the other source's stream was failed");
+  } finally {
+    // (Also when an assertion failed: an open socket would hold the run.)
+    for (const p of [...attackers, honest]) p?.sock.destroy();
+    // The honest message stays charged while it waits, unaccepted, in the
+    // listener's queue: disposing the listener gives it back.
+    listener[Symbol.dispose]();
+  }
+  await until(`nothing charged (${host.stats.assembling})`, () => host.stats.assembling === 0);
 });
