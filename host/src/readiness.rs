@@ -567,10 +567,11 @@ pub(crate) fn signal_source<'a, T: Send + Sync + 'static>(
 }
 
 /// A socket's read readiness as a source. tokio keeps one waker in a
-/// socket's read slot (nobody else polls it; `wasi:io` pollables use
-/// `readable()`, a separate waiter list), so the waker placed there is the
-/// source's: it queues every registration of `watchers`, each of which
-/// then checks for itself. Before, each registration placed its own,
+/// socket's read slot (no one else polls it for a p2 guest: its `wasi:io`
+/// pollables wait with `readable()`, a waiter list of their own; the p3
+/// host's reads poll the slot, but p3 guests have no readiness sets), so
+/// the waker placed there is the source's: it queues every registration of
+/// `watchers`, each of which then checks for itself. Before, each registration placed its own,
 /// replacing the one before: with the stream registered for `read` twice
 /// (two sets, or two keys), only the last one checked was ever woken (the
 /// scale audit of 2026-12-04h).

@@ -447,13 +447,41 @@ impl Pollable for TcpInput {
     /// `WouldBlock`, so after a read that drained the socket it still says
     /// "readable"; a one-byte `MSG_PEEK` checks, and its `WouldBlock` clears
     /// the stale readiness before waiting again.
+    ///
+    /// It waits with tokio's `readable()`, whose waiters are a list of
+    /// their own, not in the socket's single read slot: that slot holds the
+    /// waker of the stream's readiness-set registrations
+    /// ([`crate::readiness`]'s `read_source`), and a pollable waiting there
+    /// took it over, so a guest waiting on both slept through its bytes in
+    /// the set (the review of 2026-12-05).
     async fn ready(&mut self) {
-        std::future::poll_fn(|cx| self.poll_ready(cx)).await
+        if self.closed {
+            return;
+        }
+        loop {
+            if self.stream.readable().await.is_err() {
+                return; // the read reports it
+            }
+            let mut probe = [std::mem::MaybeUninit::<u8>::uninit(); 1];
+            let sock = socket2::SockRef::from(&*self.stream);
+            match self
+                .stream
+                .try_io(tokio::io::Interest::READABLE, || sock.peek(&mut probe))
+            {
+                Ok(_) => return,
+                Err(e)
+                    if e.kind() == io::ErrorKind::WouldBlock
+                        || e.kind() == io::ErrorKind::Interrupted => {}
+                Err(_) => return,
+            }
+        }
     }
 }
 
 impl TcpInput {
-    /// Ready once a read returns at least one byte, EOF or an error.
+    /// Ready once a read returns at least one byte, EOF or an error. For
+    /// the p3 host, whose guests have no readiness sets: it waits in the
+    /// socket's single read slot.
     pub(crate) fn poll_ready(&self, cx: &mut std::task::Context<'_>) -> std::task::Poll<()> {
         use std::task::Poll;
         if self.closed {

@@ -284,6 +284,9 @@ class Conn {
    */
   controlFlood() {
     this.spent = true;
+    // What it held toward a message goes back now, as on the Rust host
+    // (its read loop ends): not at the close, up to the linger later.
+    this.assembly.ended();
     this.failure = E.protocolError(
       `the peer sent pings and pongs past ${CONTROL_FRAMES_PER_SECOND} a second (after a burst of ${CONTROL_FRAME_BURST}) for ${CONTROL_FLOOD_MS} ms`,
     );
@@ -303,6 +306,7 @@ class Conn {
   overBudget() {
     if (this.failure || this.ended) return;
     this.spent = true;
+    this.assembly.ended();
     const limit = this.host.limits.maxAssemblingBytes;
     this.failure = E.other(`the host's max_assembling_bytes (${limit} bytes of unfinished messages) is spent: closed with 1013`);
     this.closeInfo = { code: CLOSE_TRY_AGAIN_LATER, reason: "" };

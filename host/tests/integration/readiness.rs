@@ -204,6 +204,35 @@ async fn every_read_registration_of_a_byte_stream_is_woken() {
     assert_eq!(b.take_ready(8), vec![(3, Interest::Read)]);
 }
 
+/// A byte stream registered in a readiness set and waited on through its
+/// `wasi:io` pollable as well: bytes wake the set. Before, the pollable
+/// waited in the socket's single read slot and took the set's waker out of
+/// it (the review of 2026-12-05).
+#[tokio::test(flavor = "current_thread")]
+async fn a_pending_input_pollable_does_not_take_the_sets_wake_up() {
+    use tokio::io::AsyncWriteExt;
+    use wasmtime_wasi::p2::Pollable;
+    let host = HostCtx::new(local_config()).unwrap();
+    let peer_listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let tcp = tokio::net::TcpStream::connect(peer_listener.local_addr().unwrap())
+        .await
+        .unwrap();
+    let (mut peer, _) = peer_listener.accept().await.unwrap();
+    let (stream, mut input, _output) =
+        tether_host::tcp::open(tcp, &host, tether_host::metrics::Direction::Inbound).unwrap();
+    let set = ReadinessSet::new(16);
+    set.register(&stream, Interest::Read, 1).unwrap();
+    // The guest's pollable waits too, and is still pending.
+    assert!(
+        tokio::time::timeout(Duration::from_millis(20), input.ready())
+            .await
+            .is_err()
+    );
+    peer.write_all(b"xyz").await.unwrap();
+    wait(&set).await;
+    assert_eq!(set.take_ready(8), vec![(1, Interest::Read)]);
+}
+
 /// `readiness_set_entries` bounds a guest, not a set: a guest that makes
 /// 16 sets and fills each with one listener under new keys holds 4,096
 /// registrations in all (the old per-set bound let it hold 16 x 4,096,

@@ -115,8 +115,6 @@ impl SharedBudget {
 struct Share {
     budget: SharedBudget,
     full: Windows,
-    /// The full share was asked for (once the handshake completed).
-    asked: bool,
     held: bool,
 }
 
@@ -198,15 +196,15 @@ impl EchoServer {
     /// An echo server for one connection of many, which share `budget`:
     /// it starts with [`Windows::FLOOR`] (the link's options must grant no
     /// more: `receive_window` and `send_window` at most the floor's) and
-    /// takes the `full` windows from `budget` once the handshake completes,
-    /// if they are free, raising the connection's windows (a `MAX_DATA`
-    /// goes out at once). Dropping the server gives them back.
+    /// takes the `full` windows from `budget` once the handshake has
+    /// completed, as soon as they are free (asked at each pump until then),
+    /// raising the connection's windows (a `MAX_DATA` goes out at once).
+    /// Dropping the server gives them back.
     pub fn sharing(budget: SharedBudget, full: Windows) -> EchoServer {
         let mut e = EchoServer::with_budget(Windows::FLOOR.echo);
         e.share = Some(Share {
             budget,
             full,
-            asked: false,
             held: false,
         });
         e
@@ -274,7 +272,7 @@ impl EchoServer {
             };
             let mut got = false;
             loop {
-                let room = (ECHO_BUFFER - s.buffered).min(budget - *held);
+                let room = (ECHO_BUFFER - s.buffered).min(budget.saturating_sub(*held));
                 match chunks.next(room) {
                     Ok(Some(chunk)) => {
                         got = true;
@@ -327,19 +325,17 @@ impl App for EchoServer {
         let Some(conn) = link.connection() else {
             return;
         };
+        // Asked for at each pump until granted: a connection that came
+        // while the budget was spent gets its share once one is given back.
         if let Some(share) = &mut self.share
             && connected
-            && !share.asked
+            && !share.held
+            && share.budget.take(share.full.bytes())
         {
-            share.asked = true;
-            if share.budget.take(share.full.bytes()) {
-                share.held = true;
-                conn.set_receive_window(
-                    VarInt::from_u64(share.full.receive).unwrap_or(VarInt::MAX),
-                );
-                conn.set_send_window(share.full.send);
-                self.budget = share.full.echo.max(1);
-            }
+            share.held = true;
+            conn.set_receive_window(VarInt::from_u64(share.full.receive).unwrap_or(VarInt::MAX));
+            conn.set_send_window(share.full.send);
+            self.budget = share.full.echo.max(self.budget);
         }
         while let Some(id) = conn.streams().accept(Dir::Bi) {
             self.stats.streams += 1;

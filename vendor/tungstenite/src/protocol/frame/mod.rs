@@ -110,10 +110,10 @@ pub const FREE_FRAGMENTS: usize = 16 * 1024;
 
 /// Average payload bytes per frame a fragmented message must carry past
 /// [`FREE_FRAGMENTS`] (Tether patch): a message of `n` bytes may take
-/// `FREE_FRAGMENTS + n / BYTES_PER_FRAGMENT` frames. So a message the
-/// application never receives costs the reader at most 16,384 frames, and
-/// one it does at most one frame per 64 bytes past them; Autobahn's
-/// finest fragments (64 bytes, case 9.3.1: 65,536 frames for 4 MiB) pass.
+/// `FREE_FRAGMENTS + n / BYTES_PER_FRAGMENT` frames. So a message costs the
+/// reader at most 16,384 frames plus one per 64 bytes of payload it
+/// carries, finished or not; Autobahn's finest fragments (64 bytes, case
+/// 9.3.1: 65,536 frames for 4 MiB) pass.
 pub const BYTES_PER_FRAGMENT: usize = 64;
 
 /// What the message reader knows when a frame header arrives (Tether
