@@ -169,6 +169,25 @@ async fn byte_streams_and_byte_listeners_report_read_write_and_accept() {
     assert_eq!(set.len(), 0, "the byte stream's registrations went with it");
 }
 
+/// A byte stream over a loopback connection (its halves), and the plain
+/// TCP peer at its other end; the host goes with the last of them.
+async fn byte_stream_with_peer() -> (
+    tether_host::tcp::ByteStream,
+    wasmtime_wasi::p2::DynInputStream,
+    wasmtime_wasi::p2::DynOutputStream,
+    tokio::net::TcpStream,
+) {
+    let host = HostCtx::new(local_config()).unwrap();
+    let peer_listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let tcp = tokio::net::TcpStream::connect(peer_listener.local_addr().unwrap())
+        .await
+        .unwrap();
+    let (peer, _) = peer_listener.accept().await.unwrap();
+    let (stream, input, output) =
+        tether_host::tcp::open(tcp, &host, tether_host::metrics::Direction::Inbound).unwrap();
+    (stream, input, output, peer)
+}
+
 /// A byte stream registered for `read` in two sets (and under two keys in
 /// one) wakes every registration when bytes arrive. tokio keeps one waker
 /// per socket direction: before, each registration's check put its own
@@ -177,14 +196,7 @@ async fn byte_streams_and_byte_listeners_report_read_write_and_accept() {
 #[tokio::test(flavor = "current_thread")]
 async fn every_read_registration_of_a_byte_stream_is_woken() {
     use tokio::io::AsyncWriteExt;
-    let host = HostCtx::new(local_config()).unwrap();
-    let peer_listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let tcp = tokio::net::TcpStream::connect(peer_listener.local_addr().unwrap())
-        .await
-        .unwrap();
-    let (mut peer, _) = peer_listener.accept().await.unwrap();
-    let (stream, _input, _output) =
-        tether_host::tcp::open(tcp, &host, tether_host::metrics::Direction::Inbound).unwrap();
+    let (stream, _input, _output, mut peer) = byte_stream_with_peer().await;
     let (a, b) = (ReadinessSet::new(16), ReadinessSet::new(16));
     a.register(&stream, Interest::Read, 1).unwrap();
     a.register(&stream, Interest::Read, 2).unwrap();
@@ -212,14 +224,7 @@ async fn every_read_registration_of_a_byte_stream_is_woken() {
 async fn a_pending_input_pollable_does_not_take_the_sets_wake_up() {
     use tokio::io::AsyncWriteExt;
     use wasmtime_wasi::p2::Pollable;
-    let host = HostCtx::new(local_config()).unwrap();
-    let peer_listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let tcp = tokio::net::TcpStream::connect(peer_listener.local_addr().unwrap())
-        .await
-        .unwrap();
-    let (mut peer, _) = peer_listener.accept().await.unwrap();
-    let (stream, mut input, _output) =
-        tether_host::tcp::open(tcp, &host, tether_host::metrics::Direction::Inbound).unwrap();
+    let (stream, mut input, _output, mut peer) = byte_stream_with_peer().await;
     let set = ReadinessSet::new(16);
     set.register(&stream, Interest::Read, 1).unwrap();
     // The guest's pollable waits too, and is still pending.
