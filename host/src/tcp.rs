@@ -459,20 +459,9 @@ impl Pollable for TcpInput {
             return;
         }
         loop {
-            if self.stream.readable().await.is_err() {
-                return; // the read reports it
-            }
-            let mut probe = [std::mem::MaybeUninit::<u8>::uninit(); 1];
-            let sock = socket2::SockRef::from(&*self.stream);
-            match self
-                .stream
-                .try_io(tokio::io::Interest::READABLE, || sock.peek(&mut probe))
-            {
-                Ok(_) => return,
-                Err(e)
-                    if e.kind() == io::ErrorKind::WouldBlock
-                        || e.kind() == io::ErrorKind::Interrupted => {}
-                Err(_) => return,
+            // An error: the read reports it.
+            if self.stream.readable().await.is_err() || self.peek_ready() {
+                return;
             }
         }
     }
@@ -493,20 +482,28 @@ impl TcpInput {
                 Poll::Ready(Err(_)) => return Poll::Ready(()), // the read reports it
                 Poll::Ready(Ok(())) => {}
             }
-            let mut probe = [std::mem::MaybeUninit::<u8>::uninit(); 1];
-            let sock = socket2::SockRef::from(&*self.stream);
-            match self
-                .stream
-                .try_io(tokio::io::Interest::READABLE, || sock.peek(&mut probe))
-            {
-                // One byte or more (n > 0), or EOF (n == 0).
-                Ok(_) => return Poll::Ready(()),
-                Err(e)
-                    if e.kind() == io::ErrorKind::WouldBlock
-                        || e.kind() == io::ErrorKind::Interrupted => {}
-                // A socket error: the next read reports it.
-                Err(_) => return Poll::Ready(()),
+            if self.peek_ready() {
+                return Poll::Ready(());
             }
+        }
+    }
+
+    /// Once tokio says readable: whether a read would return at least one
+    /// byte, EOF or an error (a one-byte `MSG_PEEK`); `false` when it would
+    /// block, which clears tokio's stale readiness for the next wait.
+    fn peek_ready(&self) -> bool {
+        let mut probe = [std::mem::MaybeUninit::<u8>::uninit(); 1];
+        let sock = socket2::SockRef::from(&*self.stream);
+        match self
+            .stream
+            .try_io(tokio::io::Interest::READABLE, || sock.peek(&mut probe))
+        {
+            // One byte or more (n > 0), or EOF (n == 0).
+            Ok(_) => true,
+            Err(e) => !matches!(
+                e.kind(),
+                io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
+            ),
         }
     }
 

@@ -283,19 +283,13 @@ class Conn {
    * `protocol-error` after the messages queued before).
    */
   controlFlood() {
-    this.spent = true;
-    // What it held toward a message goes back now, as on the Rust host
-    // (its read loop ends): not at the close, up to the linger later.
-    this.assembly.ended();
-    this.failure = E.protocolError(
-      `the peer sent pings and pongs past ${CONTROL_FRAMES_PER_SECOND} a second (after a burst of ${CONTROL_FRAME_BURST}) for ${CONTROL_FLOOD_MS} ms`,
+    this.failByHost(
+      E.protocolError(
+        `the peer sent pings and pongs past ${CONTROL_FRAMES_PER_SECOND} a second (after a burst of ${CONTROL_FRAME_BURST}) for ${CONTROL_FLOOD_MS} ms`,
+      ),
+      CLOSE_POLICY_VIOLATION,
+      "too many pings and pongs",
     );
-    this.closeInfo = { code: CLOSE_POLICY_VIOLATION, reason: "too many pings and pongs" };
-    this.closing = true;
-    this.ws.close(CLOSE_POLICY_VIOLATION, "too many pings and pongs");
-    this.ws.pause();
-    this.linger = setTimeout(() => this.ws.terminate(), this.host.limits.lingerTimeoutMs);
-    this.signal.wake();
   }
 
   /**
@@ -305,13 +299,28 @@ class Conn {
    */
   overBudget() {
     if (this.failure || this.ended) return;
+    const limit = this.host.limits.maxAssemblingBytes;
+    this.failByHost(
+      E.other(`the host's max_assembling_bytes (${limit} bytes of unfinished messages) is spent: closed with 1013`),
+      CLOSE_TRY_AGAIN_LATER,
+      "",
+    );
+  }
+
+  /**
+   * The host fails the stream (`ws` found nothing wrong): it reads and
+   * charges no more, gives back what it held toward a message now (as the
+   * Rust host's read loop ends), sends the close frame `code`/`reason`, and
+   * ends the socket at the linger if the peer does not answer. The guest
+   * gets `failure` after the messages queued before.
+   */
+  failByHost(failure, code, reason) {
     this.spent = true;
     this.assembly.ended();
-    const limit = this.host.limits.maxAssemblingBytes;
-    this.failure = E.other(`the host's max_assembling_bytes (${limit} bytes of unfinished messages) is spent: closed with 1013`);
-    this.closeInfo = { code: CLOSE_TRY_AGAIN_LATER, reason: "" };
+    this.failure = failure;
+    this.closeInfo = { code, reason };
     this.closing = true;
-    this.ws.close(CLOSE_TRY_AGAIN_LATER);
+    this.ws.close(code, reason);
     this.ws.pause();
     this.linger = setTimeout(() => this.ws.terminate(), this.host.limits.lingerTimeoutMs);
     this.signal.wake();
