@@ -327,8 +327,14 @@ export class Rule {
   matchesBind(a, port) {
     if (!this.portOk(port)) return false;
     if (this.kind === "any") return true;
-    if (this.kind === "net") return twins(a).some((t) => inNet(t, this.net, this.prefix));
-    return false;
+    if (this.kind !== "net") return false;
+    // In the rule's family (Rule::matches_bind): an IPv6 rule covers IPv4
+    // binds only inside ::ffff:0:0/96, and an IPv4 rule no IPv6 bind.
+    const isMapped = (x) => x.v6 && x.n >> 32n === 0xffffn;
+    const four = a.v6 ? (isMapped(a) ? v4(a.n & V4_ALL) : null) : a;
+    if (!this.net.v6) return four !== null && inNet(four, this.net, this.prefix);
+    if (four === null) return inNet(a, this.net, this.prefix);
+    return this.prefix >= 96 && isMapped(this.net) && inNet(v6(MAPPED | four.n), this.net, this.prefix);
   }
 }
 

@@ -111,6 +111,22 @@ test("listen rules match bind addresses without loopback aliasing", () => {
   assert.ok(!bindable(p, "::", 8000));
 });
 
+test("an IPv6 listen rule covers IPv4 binds only inside the mapped range", () => {
+  // Parity with policy/src/tests.rs
+  // an_ipv6_listen_rule_covers_ipv4_binds_only_inside_the_mapped_range.
+  const v6 = new Policy({ listen: ["[::]/0:*"] });
+  for (const b of ["0.0.0.0", "127.0.0.1", "::ffff:0.0.0.0", "10.0.0.1"]) assert.ok(!bindable(v6, b, 80), b);
+  for (const b of ["::", "::1", "fd00::1", "::7f00:1"]) assert.ok(bindable(v6, b, 80), b);
+  const mapped = new Policy({ listen: ["[::ffff:127.0.0.0]/104:*", "[::ffff:0:0]/96:9000"] });
+  assert.ok(bindable(mapped, "127.0.0.1", 80));
+  assert.ok(bindable(mapped, "0.0.0.0", 9000));
+  assert.ok(!bindable(mapped, "0.0.0.0", 80));
+  const four = new Policy({ listen: ["0.0.0.0/0:*"] });
+  assert.ok(bindable(four, "0.0.0.0", 80));
+  assert.ok(bindable(four, "::ffff:10.0.0.1", 80));
+  for (const b of ["::", "::7f00:1", "64:ff9b::7f00:1"]) assert.ok(!bindable(four, b, 80), b);
+});
+
 /** policy/src/spellings.rs LOOPBACK, parsed from the Rust source. */
 function loopbackTable() {
   const src = readFileSync(new URL("../../policy/src/spellings.rs", import.meta.url), "utf8");

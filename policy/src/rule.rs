@@ -4,7 +4,7 @@ use std::fmt;
 use std::net::IpAddr;
 use std::str::FromStr;
 
-use crate::host::{Host, equivalents, parse_host, twins};
+use crate::host::{Host, equivalents, parse_host};
 use crate::internal::{in_net, internal_range};
 
 /// Why a rule could not be parsed.
@@ -251,17 +251,31 @@ impl Rule {
     /// an IP/CIDR rule containing `addr` in either family's spelling
     /// (`::ffff:127.0.0.1` binds 127.0.0.1). No loopback aliasing: binding
     /// 0.0.0.0 listens on every interface, and only a rule covering
-    /// 0.0.0.0 allows it.
+    /// 0.0.0.0 allows it. An IPv6 rule covers IPv4 binds only when it lies
+    /// inside the IPv4-mapped range (`::ffff:0:0/96`): `[::]/0` is a rule
+    /// for IPv6, and does not allow binding 0.0.0.0 (though it contains
+    /// `::ffff:0.0.0.0`). IPv4-compatible and NAT64 addresses bind as
+    /// IPv6 and meet IPv6 rules only.
     pub fn matches_bind(&self, addr: IpAddr, port: u16) -> bool {
         if !self.ports.contains(port) {
             return false;
         }
-        match &self.host {
-            HostPattern::Any => true,
-            HostPattern::Net { addr: net, prefix } => {
-                twins(addr).into_iter().any(|a| in_net(a, *net, *prefix))
+        let HostPattern::Net { addr: net, prefix } = &self.host else {
+            return matches!(self.host, HostPattern::Any);
+        };
+        let v4 = match addr {
+            IpAddr::V4(a) => Some(a),
+            IpAddr::V6(a) => a.to_ipv4_mapped(),
+        };
+        match (v4, net) {
+            (Some(a), IpAddr::V4(_)) => in_net(IpAddr::V4(a), *net, *prefix),
+            (Some(a), IpAddr::V6(n)) => {
+                *prefix >= 96
+                    && n.to_ipv4_mapped().is_some()
+                    && in_net(IpAddr::V6(a.to_ipv6_mapped()), *net, *prefix)
             }
-            _ => false,
+            (None, IpAddr::V6(_)) => in_net(addr, *net, *prefix),
+            (None, IpAddr::V4(_)) => false,
         }
     }
 }

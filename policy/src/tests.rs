@@ -176,6 +176,49 @@ fn listen_rules_match_bind_addresses_without_loopback_aliasing() {
     assert!(!"internal:*".parse::<Rule>().unwrap().is_address_rule());
 }
 
+/// An IPv6 rule is a rule for IPv6 binds: `[::]/0` contains
+/// `::ffff:0.0.0.0` but does not allow binding 0.0.0.0 (every IPv4
+/// interface), nor any IPv4 address; a rule inside the IPv4-mapped range
+/// does, and an IPv4 rule allows no IPv6 bind, not even an
+/// IPv4-compatible or NAT64 one (those bind as IPv6).
+#[test]
+fn an_ipv6_listen_rule_covers_ipv4_binds_only_inside_the_mapped_range() {
+    let v6 = Policy {
+        listen: rules(&["[::]/0:*"]),
+        ..Policy::default()
+    };
+    for bind in [
+        "0.0.0.0:80",
+        "127.0.0.1:80",
+        "[::ffff:0.0.0.0]:80",
+        "10.0.0.1:80",
+    ] {
+        assert!(v6.check_listen(bind.parse().unwrap()).is_err(), "{bind}");
+    }
+    for bind in ["[::]:80", "[::1]:80", "[fd00::1]:80", "[::7f00:1]:80"] {
+        assert!(v6.check_listen(bind.parse().unwrap()).is_ok(), "{bind}");
+    }
+    let mapped = Policy {
+        listen: rules(&["[::ffff:127.0.0.0]/104:*", "[::ffff:0:0]/96:9000"]),
+        ..Policy::default()
+    };
+    assert!(mapped.check_listen("127.0.0.1:80".parse().unwrap()).is_ok());
+    assert!(mapped.check_listen("0.0.0.0:9000".parse().unwrap()).is_ok());
+    assert!(mapped.check_listen("0.0.0.0:80".parse().unwrap()).is_err());
+    let v4 = Policy {
+        listen: rules(&["0.0.0.0/0:*"]),
+        ..Policy::default()
+    };
+    assert!(v4.check_listen("0.0.0.0:80".parse().unwrap()).is_ok());
+    assert!(
+        v4.check_listen("[::ffff:10.0.0.1]:80".parse().unwrap())
+            .is_ok()
+    );
+    for bind in ["[::]:80", "[::7f00:1]:80", "[64:ff9b::7f00:1]:80"] {
+        assert!(v4.check_listen(bind.parse().unwrap()).is_err(), "{bind}");
+    }
+}
+
 /// The repro, in the matcher: `--allow '*:*' --deny 127.0.0.0/8:*
 /// --deny [::1]/128:*` and every spelling of the loopback host is denied,
 /// naming the loopback rule; `--allow 127.0.0.1:* --allow [::1]:*` admits

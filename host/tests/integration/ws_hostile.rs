@@ -459,6 +459,55 @@ async fn server_streams_send_the_close_code_of_each_protocol_error() {
     .expect("test deadline");
 }
 
+/// A peer still sending when the host fails its connection reads the
+/// close frame, then the end of the stream (a FIN), not a reset: the host
+/// shuts its write side after the close frame and closes the socket, over
+/// the bytes it will never read, `FAILED_CLOSE_GRACE_MS` later. Before, it
+/// closed the socket at once, and a socket closed over unread bytes sends
+/// a reset in place of the FIN: the peer's next read (or write) failed,
+/// and a peer that was writing could lose the close frame that says why.
+#[tokio::test(flavor = "current_thread")]
+async fn a_peer_still_sending_when_failed_reads_the_close_frame_then_a_clean_end() {
+    tokio::time::timeout(Duration::from_secs(30), async {
+        let runner = runner(hostile_config());
+        let (listen, addr) = listen_address();
+        let guest = probe(&runner, &["ws-serve-hold", &listen, "3000"]);
+        let peer = peer_runtime().spawn(async move {
+            let (mut rx, mut tx) = raw_upgrade(addr).await.into_split();
+            // A reserved opcode (1002), then 4 MiB the host never reads.
+            let writer = tokio::spawn(async move {
+                let _ = tx.write_all(&frame(0x83, b"", true)).await;
+                let more = frame(0x82, &[7; 1000], true);
+                for _ in 0..4096 {
+                    if tx.write_all(&more).await.is_err() {
+                        break;
+                    }
+                }
+                tx
+            });
+            let close = next_frame(&mut rx).await;
+            let mut buf = [0u8; 4096];
+            let end = tokio::time::timeout(Duration::from_secs(5), rx.read(&mut buf)).await;
+            drop(writer.await);
+            (close, end)
+        });
+        let (out, saw) = tokio::join!(guest, peer);
+        let (close, end) = saw.unwrap();
+        let (first, payload) =
+            close.unwrap_or_else(|| panic!("the peer never read the close frame; {}", show(&out)));
+        assert_eq!(first, 0x88, "a close frame first");
+        assert_eq!(u16::from_be_bytes([payload[0], payload[1]]), 1002);
+        match end {
+            Ok(Ok(0)) => {}
+            other => panic!(
+                "after the close frame the peer must read the end of the stream, not {other:?}"
+            ),
+        }
+    })
+    .await
+    .expect("test deadline");
+}
+
 #[tokio::test(flavor = "current_thread")]
 async fn registered_close_codes_reach_the_guest_unchanged() {
     // Every code the IANA registry assigns for use in a frame (1000-1003,
@@ -532,7 +581,9 @@ async fn registered_close_codes_reach_the_guest_unchanged() {
 async fn server_closes_tcp_right_after_the_closing_handshake() {
     // RFC 6455 section 7.1.1: the server closes the TCP connection first, as
     // soon as the closing handshake is done. The guest holds the stream for
-    // 2 s after it ended; the FIN must come within 10 ms regardless. Both
+    // 2 s after it ended; the FIN must come long before that regardless
+    // (within 500 ms: a few ms on an idle machine, up to 211 ms seen when
+    // the two cores were busy with other work). Both
     // directions: the client closes first, then the guest does.
     tokio::time::timeout(Duration::from_secs(60), async {
         let runner = runner(hostile_config());
@@ -573,8 +624,8 @@ async fn server_closes_tcp_right_after_the_closing_handshake() {
                 .unwrap()
                 .expect("no FIN within 5 s of the closing handshake");
             assert!(
-                fin < Duration::from_millis(10),
-                "guest_closes={guest_closes}: FIN {fin:?} after the closing handshake, want < 10 ms"
+                fin < Duration::from_millis(500),
+                "guest_closes={guest_closes}: FIN {fin:?} after the closing handshake, want < 500 ms"
             );
         }
     })
