@@ -823,6 +823,99 @@ fn many_stalled_channels_stay_within_the_receive_budget() {
     drop(conns);
 }
 
+/// `name{labels}`'s value in a Prometheus text exposition, 0 when absent.
+fn metric(text: &str, series: &str) -> u64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix(series)?.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// Channels behind a pipe that is not read leave their targets' bytes in
+/// the targets' sockets, where TCP pushes the targets back, not in guest
+/// memory: the guest reads a channel's target only for what its session
+/// can send now (one packet at most past it). 64 channels to targets that
+/// stream, a peer that grants 16 MiB windows and then stops reading the
+/// pipe: what the guest read from the targets minus what it sent on the
+/// pipe (its session's 64 KiB output buffer, and any channel's last
+/// packet) stays under 1 MiB. Before, each channel read 64 KiB and kept
+/// what the session could not take: about 4 MiB here, 60 MB at 1,000
+/// channels (the scale audit of 2026-12-05).
+#[test]
+fn channels_behind_an_unread_pipe_leave_their_bytes_in_the_target_sockets() {
+    const CHANNELS: u32 = 64;
+    let runner = runner();
+    let mut registry = prometheus_client::registry::Registry::default();
+    runner.host().metrics.register(&mut registry);
+    let exposition = move || {
+        let mut text = String::new();
+        prometheus_client::encoding::prometheus_text::encode(&mut text, &registry).unwrap();
+        text
+    };
+    // Targets that write up to 4 MiB each, until 2 s pass with no progress.
+    let streamer = tcp_server(|mut tcp| async move {
+        use tokio::io::AsyncWriteExt;
+        let chunk = vec![0x42u8; 64 * 1024];
+        for _ in 0..64 {
+            match tokio::time::timeout(Duration::from_secs(2), tcp.write_all(&chunk)).await {
+                Ok(Ok(())) => {}
+                _ => break,
+            }
+        }
+        tokio::time::sleep(Duration::from_secs(5)).await;
+    });
+    let (g, port) = server_guest(&runner, &["--allow-all"]);
+    let rt = current_thread();
+    rt.block_on(async {
+        let mut peer = RawPeer::connect(port).await;
+        for id in 0..CHANNELS {
+            peer.send(&Message::Open {
+                sender_channel_id: id,
+                initial_window_size: 16 << 20,
+                maximum_packet_size: 16 * 1024 + 8,
+                destination_url: format!("tcp://{streamer}"),
+            })
+            .await;
+        }
+        for id in 0..CHANNELS {
+            assert!(
+                matches!(answer_to(&mut peer, id).await, Message::OpenSuccess { .. }),
+                "OPEN {id} failed"
+            );
+        }
+        // The peer stops reading the pipe: once the kernel's buffers and
+        // the host's queue on the pipe are full, the guest can send
+        // nothing more.
+        let parked = || {
+            let text = exposition();
+            let read = metric(&text, "tether_received_bytes_total{interface=\"tcp\"}");
+            let sent = metric(&text, "tether_sent_bytes_total{interface=\"websocket\"}");
+            (read, sent)
+        };
+        let mut last = parked();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            let now = parked();
+            if now == last {
+                break;
+            }
+            assert!(Instant::now() < deadline, "the guest never stalled: {now:?}");
+            last = now;
+        }
+        let (read, sent) = last;
+        let held = read.saturating_sub(sent);
+        eprintln!(
+            "{CHANNELS} channels behind an unread pipe: read {read} bytes from the targets, sent {sent} on the pipe, {held} held in the guest"
+        );
+        assert!(sent > 1 << 20, "the pipe never filled: {sent} bytes sent");
+        assert!(
+            held < 1 << 20,
+            "the guest holds {held} bytes its session cannot send ({CHANNELS} channels)"
+        );
+        assert!(!g.is_finished(), "the server guest ended");
+    });
+}
+
 /// A native JMUX peer: WebSocket client plus the `tether-jmux` codec.
 struct RawPeer {
     ws: tokio_tungstenite::WebSocketStream<

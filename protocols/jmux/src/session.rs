@@ -874,15 +874,7 @@ impl Session {
         data: &[u8],
         now: Instant,
     ) -> Result<usize, ChannelError> {
-        {
-            let ch = self.get(id).ok_or(ChannelError::UnknownChannel(id))?;
-            if ch.phase != Phase::Open {
-                return Err(ChannelError::NotOpen(id));
-            }
-            if !ch.can_send() {
-                return Err(ChannelError::SendClosed(id));
-            }
-        }
+        self.check_sendable(id)?;
         self.pump_control(now);
         let control_blocked = !self.control.is_empty();
         let Self {
@@ -917,17 +909,101 @@ impl Session {
         stats.data_bytes_sent += sent as u64;
         ch.moved = ch.moved.wrapping_add(sent as u64);
         if sent < data.len() {
-            ch.want_writable = true;
-            if ch.credit > 0 {
-                // Cut short by output room: that makes a flush due at once.
-                sender.mark_full();
-            }
-            if ch.credit > 0 && !ch.queued_for_room {
+            Self::want_room(ch, id, sender, waiting_for_room);
+        }
+        Ok(sent)
+    }
+
+    /// How many bytes [`Session::send_data`] would accept on `id` at time
+    /// `now`, at most `limit`: the peer's credit window, cut into packets
+    /// of at most its maximum packet size - 8 bytes, within the room left
+    /// in the bounded output buffer once queued control messages (which go
+    /// first) are in. A driver sizes its reads from the channel's source
+    /// with it, so what cannot go now stays in the source (a socket's
+    /// receive buffer, where TCP pushes the sender back), not in the
+    /// driver's memory. 0: nothing can go now; [`Session::wait_writable`]
+    /// asks for [`Event::Writable`].
+    ///
+    /// Errors: as [`Session::send_data`].
+    ///
+    /// Source: JMUX spec, "Windows and packet sizes".
+    pub fn send_room(
+        &mut self,
+        id: ChannelId,
+        limit: usize,
+        now: Instant,
+    ) -> Result<usize, ChannelError> {
+        self.check_sendable(id)?;
+        self.pump_control(now);
+        if !self.control.is_empty() {
+            return Ok(0);
+        }
+        let ch = self.get(id).expect("checked above");
+        let mut credit = usize::try_from(ch.credit).unwrap_or(usize::MAX);
+        let mut room = self.sender.room();
+        let mut total = 0;
+        while total < limit && credit > 0 && room > DATA_OVERHEAD {
+            let n = (limit - total)
+                .min(credit)
+                .min(ch.max_send_payload)
+                .min(room - DATA_OVERHEAD);
+            total += n;
+            credit -= n;
+            room -= n + DATA_OVERHEAD;
+        }
+        Ok(total)
+    }
+
+    /// Asks for [`Event::Writable`] on `id` once [`Session::send_data`]
+    /// can take bytes again, as a send cut short does: after the peer's
+    /// next WINDOW ADJUST when the credit is spent, else once the output
+    /// buffer has drained (a flush is made due at once). For a driver
+    /// that found [`Session::send_room`] at 0 and so read nothing.
+    ///
+    /// Errors: as [`Session::send_data`].
+    pub fn wait_writable(&mut self, id: ChannelId) -> Result<(), ChannelError> {
+        self.check_sendable(id)?;
+        let Self {
+            channels,
+            sender,
+            waiting_for_room,
+            ..
+        } = self;
+        let ch = channels[id.0 as usize].as_mut().expect("checked above");
+        Self::want_room(ch, id, sender, waiting_for_room);
+        Ok(())
+    }
+
+    /// `id` is open and may still send. Errors: as [`Session::send_data`].
+    fn check_sendable(&self, id: ChannelId) -> Result<(), ChannelError> {
+        let ch = self.get(id).ok_or(ChannelError::UnknownChannel(id))?;
+        if ch.phase != Phase::Open {
+            return Err(ChannelError::NotOpen(id));
+        }
+        if !ch.can_send() {
+            return Err(ChannelError::SendClosed(id));
+        }
+        Ok(())
+    }
+
+    /// `ch` (`id`) was cut short: it wants [`Event::Writable`], after a
+    /// WINDOW ADJUST when its credit is spent, else once the output buffer
+    /// drains ([`Session::wake_writers`], in the order channels were cut
+    /// short), which makes a flush due at once.
+    fn want_room(
+        ch: &mut Channel,
+        id: ChannelId,
+        sender: &mut Sender,
+        waiting_for_room: &mut VecDeque<u32>,
+    ) {
+        ch.want_writable = true;
+        if ch.credit > 0 {
+            sender.mark_full();
+            if !ch.queued_for_room {
                 ch.queued_for_room = true;
                 waiting_for_room.push_back(id.0);
             }
         }
-        Ok(sent)
     }
 
     /// The local source reached end of stream: queues EOF, or CLOSE instead

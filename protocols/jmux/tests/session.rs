@@ -928,6 +928,64 @@ fn a_drain_wakes_only_the_writers_its_room_takes() {
     );
 }
 
+/// `send_room` says what `send_data` would take now (the peer's credit,
+/// cut into its packets, within the output room), and 0 once the room or
+/// the credit is spent; `wait_writable` then brings `Writable` as a send
+/// cut short does: at the next drain when the room was spent, at the
+/// peer's WINDOW ADJUST when the credit was. A driver reads a channel's
+/// source only for that much, so what cannot go waits in the source.
+#[test]
+fn send_room_is_what_send_data_takes_and_wait_writable_wakes_on_room_or_credit() {
+    let capacity = 16 * 1024;
+    let mut h = Harness::new(Config {
+        sender: SenderConfig {
+            capacity,
+            flush_threshold: capacity,
+            ..SenderConfig::default()
+        },
+        ..Config::default()
+    });
+    let a = h.open_ok(7, 1 << 20, 4096);
+    let b = h.open_ok(8, 5000, 4096);
+    // Bounded by the limit, then by the room.
+    assert_eq!(h.s.send_room(a, 100, h.now).unwrap(), 100);
+    let room = h.s.send_room(a, usize::MAX, h.now).unwrap();
+    assert!(room > 12 * 1024 && room < capacity, "{room}");
+    assert_eq!(
+        h.s.send_data(a, &vec![7; room + 1000], h.now).unwrap(),
+        room
+    );
+    assert_eq!(h.s.send_room(a, usize::MAX, h.now).unwrap(), 0);
+    assert_eq!(h.s.send_room(b, usize::MAX, h.now).unwrap(), 0);
+    h.s.wait_writable(b).unwrap();
+    assert!(h.events().is_empty());
+    // The drain: the room is back, and `b`, which waited for it, is told.
+    let out = h.output();
+    assert_eq!(out.len(), room.div_ceil(4096 - DATA_OVERHEAD));
+    assert!(h.events().contains(&Event::Writable { id: b }));
+    // Bounded by the credit: 5000 bytes, in a packet of 4088 and one of 912.
+    assert_eq!(h.s.send_room(b, usize::MAX, h.now).unwrap(), 5000);
+    assert_eq!(h.s.send_data(b, &[9; 5000], h.now).unwrap(), 5000);
+    assert_eq!(h.s.send_room(b, usize::MAX, h.now).unwrap(), 0);
+    h.s.wait_writable(b).unwrap();
+    h.output();
+    assert!(
+        !h.events().contains(&Event::Writable { id: b }),
+        "room alone does not wake a channel out of credit"
+    );
+    h.feed(&[Message::WindowAdjust {
+        recipient_channel_id: b.0,
+        window_adjustment: 3000,
+    }])
+    .unwrap();
+    assert_eq!(h.events(), vec![Event::Writable { id: b }]);
+    assert_eq!(h.s.send_room(b, usize::MAX, h.now).unwrap(), 3000);
+    // A channel that cannot send any more is an error, as for send_data.
+    h.s.shutdown(a, h.now).unwrap();
+    assert_eq!(h.s.send_room(a, 1, h.now), Err(ChannelError::SendClosed(a)));
+    assert_eq!(h.s.wait_writable(a), Err(ChannelError::SendClosed(a)));
+}
+
 // ----- two sessions wired together ---------------------------------------------
 
 /// Moves bytes between two sessions like a driver pair would, with a fake
