@@ -143,6 +143,13 @@ pub async fn run_until_signal(
         std::process::exit(128 + second.number());
     });
     let outcome = guest.await;
+    // What the host took from the guest still goes out before the
+    // process exits and drops it: each stream's queue, then its close
+    // frame or FIN, within linger_timeout (a failed guest's byte streams
+    // were reset, its message streams closed with 1011). A signal meanwhile
+    // still exits at once (the second one) or shuts down (the first).
+    let linger = runner_host.config.limits.linger_timeout;
+    let _ = tokio::time::timeout(linger + DRAIN_SLACK, runner_host.drained()).await;
     signals.abort();
     if runner_host.is_shutting_down() {
         return match outcome.result {
@@ -156,6 +163,11 @@ pub async fn run_until_signal(
     }
     exit_code(outcome.result)
 }
+
+/// How long past `linger_timeout` tether waits for the host's connections
+/// to end after the guest returned: the linger's own reset runs at
+/// `linger_timeout`, this is for its task to run.
+const DRAIN_SLACK: std::time::Duration = std::time::Duration::from_millis(200);
 
 /// A termination signal tether reacts to.
 #[derive(Clone, Copy)]

@@ -1,7 +1,8 @@
 //! Graceful shutdown of `tether run` and `tether jmux` on SIGTERM / SIGINT:
 //! listeners stop accepting, message streams close with 1001 after what
 //! they queued, byte streams half-close, the process exits 0 within
-//! `--shutdown-timeout-ms`, and a second signal exits at once.
+//! `--shutdown-timeout-ms`, and a second signal exits at once. And when
+//! the guest returns by itself: what the host took still goes out.
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -234,4 +235,61 @@ fn a_closed_jmux_listener_is_logged_once_not_every_turn() {
     drop(tunnel);
     server.signal("TERM");
     let _ = server.exit_within(Duration::from_secs(10));
+}
+
+/// A guest that returns right after writing to a peer that was not
+/// reading: what the host took (its TCP write buffer, 256 KiB) still
+/// reaches the peer, then the FIN, before `tether run` exits. Before, the
+/// process exited as soon as the guest returned and dropped the host's
+/// queue: the peer read a clean FIN exactly 262,144 bytes short, a
+/// truncated stream it could not tell from a whole one (red team
+/// 2026-12-05, F1).
+#[test]
+fn a_guest_that_returns_still_delivers_what_the_host_took() {
+    let target = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = target.local_addr().unwrap().to_string();
+    let mut guest = Running(
+        tether()
+            .args(["run", tether_guest_artifacts::PROBE_PATH, "--allow", &addr])
+            .args(["--", "tcp-stuck", &addr, "67108864"])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let (mut conn, _) = target.accept().unwrap();
+    // Read nothing until the guest is stuck (300 ms without room) and has
+    // returned, dropping the stream with the host's queue full.
+    std::thread::sleep(Duration::from_millis(1500));
+    conn.set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let (mut got, mut buf) = (0usize, vec![0u8; 1 << 20]);
+    let end = loop {
+        match conn.read(&mut buf) {
+            Ok(0) => break Ok(()),
+            Ok(n) => got += n,
+            Err(e) => break Err(e),
+        }
+    };
+    let (status, _) = guest.exit_within(Duration::from_secs(10));
+    let mut stdout = String::new();
+    guest
+        .0
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut stdout)
+        .unwrap();
+    let written: usize = stdout
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("blocked-after="))
+        .unwrap_or_else(|| panic!("the probe never got stuck: {stdout}"))
+        .parse()
+        .unwrap();
+    assert!(status.success(), "{status}: {stdout}");
+    end.unwrap_or_else(|e| panic!("the stream failed after {got} of {written} bytes: {e}"));
+    assert_eq!(
+        got, written,
+        "the peer read a FIN after {got} of the {written} bytes the guest wrote"
+    );
 }

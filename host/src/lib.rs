@@ -356,6 +356,19 @@ impl HostCtx {
     pub async fn shutdown_started(&self) {
         self.lifecycle.started().await
     }
+
+    /// Resolves once no connection of this host is open any more: every
+    /// message stream finished its closing handshake (or its
+    /// `linger_timeout` reset it) and every TCP byte stream sent what the
+    /// guest had written, then its FIN (or was reset at its linger). A
+    /// process that exits once its guests returned awaits this first,
+    /// bounded by `limits.linger_timeout`: the connections' tasks run on
+    /// its runtime, and exiting drops what they still hold (a TCP peer
+    /// would read a clean FIN after a truncated stream). `tether run` and
+    /// `tether jmux` do.
+    pub async fn drained(&self) {
+        self.metrics.held().none_open().await
+    }
 }
 
 /// Per-guest Tether state, kept in the store's data.
@@ -370,6 +383,10 @@ pub struct TetherCtx {
     /// (twice what the last pruning kept, at least 64): amortized O(1) a
     /// stream, whatever the guest's churn.
     prune_streams_at: usize,
+    /// The TCP byte streams handed to this guest (weak), so that
+    /// [`TetherCtx::fail_streams`] can reset them; pruned as `streams` is.
+    byte_streams: Vec<tcp::ByteStreamHandle>,
+    prune_byte_streams_at: usize,
     /// Table entries of `wasi:io` streams dropped before their pollables
     /// (see the drop rule in `ready.rs`), deleted once those are gone.
     orphans: Vec<ready::Orphan>,
@@ -396,6 +413,8 @@ impl TetherCtx {
             guest_id: metrics::GUEST_IDS.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
             streams: Vec::new(),
             prune_streams_at: 64,
+            byte_streams: Vec::new(),
+            prune_byte_streams_at: 64,
             orphans: Vec::new(),
             aead_keys: 0,
         }
@@ -424,12 +443,27 @@ impl TetherCtx {
         self.streams.push(stream);
     }
 
+    /// Remembers a TCP byte stream handed to the guest, as
+    /// [`TetherCtx::track`] does message streams.
+    pub(crate) fn track_byte_stream(&mut self, stream: tcp::ByteStreamHandle) {
+        if self.byte_streams.len() >= self.prune_byte_streams_at {
+            self.byte_streams.retain(tcp::ByteStreamHandle::is_alive);
+            self.prune_byte_streams_at = (self.byte_streams.len() * 2).max(64);
+        }
+        self.byte_streams.push(stream);
+    }
+
     /// Closes every message stream the guest still holds with 1011 and
     /// `reason` (after what they have queued), so peers learn that the guest
-    /// failed instead of seeing a normal close. Call it when the guest
-    /// trapped or exited with an error, before its store drops. Returns the
-    /// streams, to wait for their close frames.
+    /// failed instead of seeing a normal close, and resets every TCP byte
+    /// stream it holds (what is queued is dropped; the peer reads a reset,
+    /// not a FIN that would say the stream ended whole). Call it when the
+    /// guest trapped or exited with an error, before its store drops.
+    /// Returns the message streams, to wait for their close frames.
     pub(crate) fn fail_streams(&mut self, reason: &'static str) -> Vec<websocket::StreamHandle> {
+        for stream in self.byte_streams.drain(..) {
+            stream.abort(reason);
+        }
         let streams: Vec<_> = self.streams.drain(..).filter(|s| s.is_alive()).collect();
         for stream in &streams {
             stream.close_failed(reason);

@@ -168,6 +168,24 @@ pub struct Metrics {
     open: [[Gauge; 2]; 2],
     opened: [[Counter; 2]; 2],
     stats: Arc<Stats>,
+    /// Connections with bytes to send over every interface, and a signal
+    /// when the count reaches 0 ([`crate::HostCtx::drained`]).
+    held: Arc<Held>,
+}
+
+/// Connections with bytes to send, host-wide, with a wake-up at 0.
+#[derive(Debug, Default)]
+pub(crate) struct Held {
+    count: std::sync::atomic::AtomicUsize,
+    none: crate::ready::Signal,
+}
+
+impl Held {
+    /// Resolves once no connection has bytes to send (at once if none has).
+    pub(crate) async fn none_open(&self) {
+        use std::sync::atomic::Ordering::SeqCst;
+        self.none.wait_until(|| self.count.load(SeqCst) == 0).await;
+    }
 }
 
 impl Metrics {
@@ -216,6 +234,7 @@ impl Metrics {
             open,
             opened,
             stats,
+            held: Arc::default(),
         }
     }
 
@@ -332,6 +351,21 @@ impl Metrics {
         OpenConnection(self.open[i][d].clone())
     }
 
+    /// Counts a connection whose host side may still have bytes to send
+    /// (a byte stream's queue and FIN, a message stream's queue and close
+    /// frame), until the guard drops.
+    pub(crate) fn sending(&self) -> Sending {
+        self.held
+            .count
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Sending(self.held.clone())
+    }
+
+    /// Connections with bytes to send, host-wide.
+    pub(crate) fn held(&self) -> &Held {
+        &self.held
+    }
+
     /// Counts a denial, labelled by the rule the policy's `reason` names.
     pub(crate) fn policy_denied(&self, reason: &str) {
         self.policy_denials
@@ -407,6 +441,24 @@ pub(crate) struct OpenConnection(Gauge);
 impl Drop for OpenConnection {
     fn drop(&mut self) {
         self.0.dec();
+    }
+}
+
+/// A connection whose host side may still have bytes to send
+/// ([`Metrics::sending`]); dropping it says it has none.
+#[derive(Debug)]
+pub(crate) struct Sending(Arc<Held>);
+
+impl Drop for Sending {
+    fn drop(&mut self) {
+        if self
+            .0
+            .count
+            .fetch_sub(1, std::sync::atomic::Ordering::SeqCst)
+            == 1
+        {
+            self.0.none.wake();
+        }
     }
 }
 

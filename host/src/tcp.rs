@@ -56,6 +56,9 @@ struct Writer {
     /// Counts the connection as open while the writer or the reader lives
     /// (and an accepted one in its source's count).
     _open: Arc<Open>,
+    /// Counts the connection in [`crate::HostCtx::drained`] until the
+    /// writer task ends (queue sent and FIN, or reset).
+    _sending: crate::metrics::Sending,
     state: Mutex<WriteState>,
     limit: usize,
     /// `linger_timeout`: how long the queue may take to drain once the
@@ -166,22 +169,51 @@ impl Writer {
     /// as soon as the writer task ends, or, if the guest still holds the
     /// input stream, when it drops that.
     fn reset(&self) {
+        tracing::debug!(
+            queued = self.lock().queued,
+            "TCP output stream dropped and not drained within linger_timeout: reset"
+        );
+        self.abort("connection reset: linger_timeout ended");
+    }
+
+    /// Drops what is queued and makes the socket reset when it closes
+    /// (SO_LINGER 0), never half-close: the stream ends with `why`. The
+    /// peer reads a reset, not the FIN of a stream that ended normally.
+    fn abort(&self, why: &str) {
         let sock = socket2::SockRef::from(&*self.stream);
         if let Err(e) = sock.set_linger(Some(std::time::Duration::ZERO)) {
             tracing::debug!("SO_LINGER 0 failed: {e}");
         }
         let mut st = self.lock();
-        tracing::debug!(
-            queued = st.queued,
-            "TCP output stream dropped and not drained within linger_timeout: reset"
-        );
         self.stats.tcp_dequeued(st.queued);
         st.queue.clear();
         st.queued = 0;
-        st.error
-            .get_or_insert_with(|| "connection reset: linger_timeout ended".into());
+        st.error.get_or_insert_with(|| why.into());
         drop(st);
         self.progress.wake();
+        self.work.wake();
+    }
+}
+
+/// A guest's hold on one of its byte streams, to reset the connection if
+/// the guest fails ([`crate::TetherCtx`] keeps one per stream it handed
+/// out): a failed guest's TCP peers read a reset, the byte stream's
+/// counterpart of the 1011 its message streams' peers get, not a FIN that
+/// says the stream ended whole.
+pub(crate) struct ByteStreamHandle(std::sync::Weak<Writer>);
+
+impl ByteStreamHandle {
+    /// Whether the connection's writer still runs.
+    pub(crate) fn is_alive(&self) -> bool {
+        self.0.strong_count() > 0
+    }
+
+    /// Resets the connection: what is queued is dropped, and the socket
+    /// closes with a reset (SO_LINGER 0), without a FIN first.
+    pub(crate) fn abort(&self, why: &str) {
+        if let Some(writer) = self.0.upgrade() {
+            writer.abort(why);
+        }
     }
 }
 
@@ -254,7 +286,12 @@ async fn send_queued(writer: &Writer) {
             None => {
                 let st = writer.lock();
                 let (shutdown, dropped) = (st.shutdown_requested, st.dropped);
+                let failed = st.error.is_some();
                 drop(st);
+                if failed {
+                    // Reset (`abort`), or failed: no FIN.
+                    return;
+                }
                 if shutdown {
                     writer.shutdown_now();
                 }
@@ -606,6 +643,7 @@ pub(crate) fn open_halves(
         stats: ctx.stats.clone(),
         sent_bytes: ctx.metrics.tcp.sent_bytes.clone(),
         _open: open.clone(),
+        _sending: ctx.metrics.sending(),
         state: Mutex::new(WriteState::default()),
         limit: limits.tcp_write_buffer_bytes.max(1),
         linger: limits.linger_timeout,
@@ -637,6 +675,12 @@ pub(crate) fn open_halves(
 }
 
 impl ByteStream {
+    /// The guest's hold on this stream's connection, to reset it if the
+    /// guest fails.
+    pub(crate) fn handle(&self) -> ByteStreamHandle {
+        ByteStreamHandle(Arc::downgrade(&self.writer))
+    }
+
     /// Where a readiness set watches `read` (the input stream has bytes or
     /// its end) or `write` (`check-write` grants more than 0, or fails).
     pub(crate) fn readiness(
@@ -785,10 +829,14 @@ type WitConnection = (
     Resource<DynOutputStream>,
 );
 
+/// Hands a connection to the guest (its three resources), tracked so
+/// that a failed guest's connections are reset.
 fn push_connection(
-    table: &mut wasmtime::component::ResourceTable,
+    view: &mut TetherCtxView<'_>,
     (stream, input, output): Connection,
 ) -> wasmtime::Result<WitConnection> {
+    view.ctx.track_byte_stream(stream.handle());
+    let table = &mut *view.table;
     Ok((table.push(stream)?, table.push(input)?, table.push(output)?))
 }
 
@@ -862,7 +910,7 @@ impl wit::HostFutureByteStream for TetherCtxView<'_> {
     ) -> wasmtime::Result<Option<Result<WitConnection, ErrorCode>>> {
         match self.table.get_mut(&this)?.take() {
             None => Ok(None),
-            Some(Ok(conn)) => Ok(Some(Ok(push_connection(self.table, conn)?))),
+            Some(Ok(conn)) => Ok(Some(Ok(push_connection(self, conn)?))),
             Some(Err(e)) => Ok(Some(Err(e))),
         }
     }
@@ -893,7 +941,7 @@ impl wit::HostByteListener for TetherCtxView<'_> {
             match open_halves(tcp, &ctx, Direction::Inbound, place) {
                 Ok((stream, input, output)) => {
                     let conn: Connection = (stream, Box::new(input), Box::new(output));
-                    return Ok(Ok(Some(push_connection(self.table, conn)?)));
+                    return Ok(Ok(Some(push_connection(self, conn)?)));
                 }
                 // The client reset the connection while it waited in the
                 // backlog (no peer address any more): it is gone, nothing

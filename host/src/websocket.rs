@@ -275,6 +275,9 @@ struct State {
     close_started: bool,
     /// The linger timer runs (started by the first close or the drop).
     linger_started: bool,
+    /// Counts the stream in [`crate::HostCtx::drained`] until its close
+    /// frame was written (or the writer ended, or the linger did).
+    sending: Option<crate::metrics::Sending>,
     /// The host failed the connection (RFC 6455 section 7.1.7): its close
     /// frame goes out, then the write side shuts and the socket closes
     /// [`FAILED_CLOSE_GRACE_MS`] later, unread.
@@ -452,6 +455,7 @@ impl Shared {
         }
         drop(sink);
         let mut st = self.lock();
+        st.sending = None;
         let mut freed = std::mem::take(&mut st.outbound_bytes);
         st.in_sink = 0;
         st.outbound.clear();
@@ -853,7 +857,10 @@ impl MessageStream {
             charges,
             metrics: host.metrics.clone(),
             _open: host.metrics.connection(Interface::WebSocket, direction),
-            state: Mutex::new(State::default()),
+            state: Mutex::new(State {
+                sending: Some(host.metrics.sending()),
+                ..State::default()
+            }),
             max_message: limits.max_message_bytes,
             // At least 1, so an empty buffer always takes one message (0
             // would never read the socket).
@@ -1392,6 +1399,7 @@ async fn write_loop(shared: Arc<Shared>) {
     drop(sink);
     // What tungstenite still held went with it.
     shared.flushed();
+    shared.lock().sending = None;
 }
 
 /// Sends what the guest queues until the connection is over: the close
@@ -1422,7 +1430,11 @@ async fn write_until_done(shared: &Arc<Shared>) {
         match drained {
             Ok(Drained::Idle) => {}
             Ok(Drained::CloseSent) => {
-                shared.lock().close_sent = true;
+                {
+                    let mut st = shared.lock();
+                    st.close_sent = true;
+                    st.sending = None;
+                }
                 shared.writable.wake();
                 // Wait for the peer's close frame, then end the connection;
                 // the linger timer the close started cuts a peer that never

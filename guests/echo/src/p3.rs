@@ -226,6 +226,14 @@ async fn echo_tcp(stream: tcp::ByteStream) {
     let _sent = stream.send(data);
     let (mut rx, _received) = stream.receive();
     loop {
+        // Wait for bytes (or the end) with a zero-length read, and take
+        // the buffer only then: a pending read holds its buffer in guest
+        // memory, and 64 KiB for each idle connection ended the guest at
+        // its memory limit at 4,000 idle connections.
+        let (result, _) = rx.read(Vec::new()).await;
+        if !matches!(result, StreamResult::Complete(_)) {
+            break;
+        }
         let (result, buf) = rx.read(Vec::with_capacity(TCP_READ_BYTES)).await;
         match result {
             StreamResult::Complete(_) => {

@@ -37,6 +37,8 @@
 //! probe tcp-backlog ADDR WAIT_MS N     listen, accept nothing for WAIT_MS, then accept N
 //! probe ws-backlog ADDR WAIT_MS N      the same with a WebSocket listener
 //! probe fail-holding URL exit|trap|memory   connect, then fail that way holding the stream
+//! probe tcp-fail-holding HOST:PORT exit|trap|memory  connect over TCP, write `partial`, then
+//!                                      fail that way holding the byte stream
 //! probe send-many-aliased URL COUNT BYTES  call `send-many` through the raw canonical ABI with
 //!                                      COUNT messages that all point at one BYTES-byte buffer;
 //!                                      print `ok took N` or `error tag T`
@@ -104,6 +106,7 @@ fn main() -> ExitCode {
         "tcp-backlog" => tcp_backlog(arg(2), num(3) as u64, num(4)),
         "ws-backlog" => ws_backlog(arg(2), num(3) as u64, num(4)),
         "fail-holding" => fail_holding(arg(2), arg(3)),
+        "tcp-fail-holding" => tcp_fail_holding(arg(2), arg(3)),
         "send-many-aliased" => aliased::send_many(arg(2), num(3), num(4)),
         "connect-aliased" => aliased::connect(arg(2), num(3), num(4)),
         "readiness-sets" => readiness_sets(arg(2), num(3)),
@@ -546,6 +549,21 @@ fn ws_backlog(address: &str, wait_ms: u64, n: usize) -> Result<(), ErrorCode> {
 fn fail_holding(url: &str, how: &str) -> Result<(), ErrorCode> {
     let stream = sdk::connect(url, &[])?;
     println!("ok connected");
+    fail_now(how, stream)
+}
+
+fn tcp_fail_holding(address: &str, how: &str) -> Result<(), ErrorCode> {
+    let conn = sdk::tcp_connect(address)?;
+    let io = |e: StreamError| ErrorCode::Other(format!("{e:?}"));
+    if conn.output.check_write().map_err(io)? >= 7 {
+        conn.output.write(b"partial").map_err(io)?;
+    }
+    println!("ok connected");
+    fail_now(how, conn)
+}
+
+/// Ends the run the way `how` names while `held` is still held.
+fn fail_now<T>(how: &str, held: T) -> Result<(), ErrorCode> {
     match how {
         // No destructors run: the stream is still held when the guest ends.
         "exit" => std::process::exit(3), // wasi:cli/exit reports it as exit(err): status 1
@@ -558,7 +576,7 @@ fn fail_holding(url: &str, how: &str) -> Result<(), ErrorCode> {
             }
         }
         other => {
-            drop(stream);
+            drop(held);
             Err(ErrorCode::InvalidArgument(format!(
                 "unknown failure `{other}`"
             )))

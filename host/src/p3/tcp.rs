@@ -216,11 +216,11 @@ impl<T> wit::HostWithStore<T> for HasTetherAsync {
             Err(e) => Err(e),
         };
         match opened {
-            Ok(halves) => {
-                Ok(Ok(store.with(|mut s| {
-                    s.get().table.push(ByteStream::new(halves))
-                })?))
-            }
+            Ok(halves) => Ok(Ok(store.with(|mut s| {
+                let view = s.get();
+                view.ctx.track_byte_stream(halves.0.handle());
+                view.table.push(ByteStream::new(halves))
+            })?)),
             Err(e) => Ok(Err(error(e))),
         }
     }
@@ -321,7 +321,10 @@ impl wit::HostByteListener for TetherCtxView<'_> {
         this: Resource<ByteListener>,
     ) -> wasmtime::Result<Result<Option<Resource<ByteStream>>, ErrorCode>> {
         match self.table.get(&this)?.try_accept() {
-            Ok(Some(halves)) => Ok(Ok(Some(self.table.push(ByteStream::new(halves))?))),
+            Ok(Some(halves)) => {
+                self.ctx.track_byte_stream(halves.0.handle());
+                Ok(Ok(Some(self.table.push(ByteStream::new(halves))?)))
+            }
             Ok(None) => Ok(Ok(None)),
             Err(e) => Ok(Err(error(e))),
         }

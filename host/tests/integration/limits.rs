@@ -124,6 +124,47 @@ fn a_failed_guests_streams_close_with_1011_for_every_failure_kind() {
     }
 }
 
+/// A guest that fails while holding a TCP byte stream, in each way a
+/// guest can fail: the host resets the connection, the byte stream's
+/// counterpart of the 1011 above, so the peer reads what was sent and then
+/// a reset. Before, the store's drop half-closed it: the peer read a FIN,
+/// as if the stream had ended whole (a close-delimited transfer then looks
+/// complete; red team 2026-12-05, F2).
+#[test]
+fn a_failed_guests_byte_streams_are_reset_for_every_failure_kind() {
+    for how in ["exit", "trap", "memory"] {
+        let (got, end) = within(Duration::from_secs(60), move || async move {
+            use tokio::io::AsyncReadExt;
+            let mut config = local_config();
+            config.limits.max_memory_bytes = 64 << 20;
+            let runner = runner(config);
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let addr = listener.local_addr().unwrap().to_string();
+            let peer = tokio::spawn(async move {
+                let (mut tcp, _) = listener.accept().await.unwrap();
+                let mut got = Vec::new();
+                let end = tokio::time::timeout(Duration::from_secs(10), tcp.read_to_end(&mut got))
+                    .await
+                    .expect("the connection never ended");
+                (got, end.map_err(|e| e.kind()))
+            });
+            let out = probe(&runner, &["tcp-fail-holding", &addr, how]).await;
+            assert!(
+                !out.success() && out.stdout_text().contains("ok connected"),
+                "{how}: {}",
+                show(&out)
+            );
+            peer.await.unwrap()
+        });
+        assert!(got.len() <= 7, "{how}: {got:?}");
+        assert_eq!(
+            end,
+            Err(std::io::ErrorKind::ConnectionReset),
+            "{how}: after {got:?} the peer must read a reset, not the end of the stream"
+        );
+    }
+}
+
 #[tokio::test(flavor = "current_thread")]
 async fn memory_limit_stops_the_guest_with_a_clear_error() {
     let mut config = local_config();

@@ -131,6 +131,65 @@ async fn p3_echo_server_echoes_on_200_connections_at_once() {
     );
 }
 
+/// Idle TCP connections cost the p3 echo server no buffer each: it waits
+/// for bytes with a zero-length read and takes its 64 KiB buffer only
+/// once they are there. 500 idle connections under a 24 MiB memory
+/// limit, then a 501st connection is echoed and every one half-closes;
+/// the guest ends by itself, successfully. Before, each connection's
+/// pending read held 64 KiB of guest memory (31 MiB here), and the guest
+/// was stopped at its limit with every connection (a scale audit of
+/// 2026-12-05: 4,000 idle connections ended it at the default 256 MiB).
+#[tokio::test(flavor = "current_thread")]
+async fn p3_echo_idle_tcp_connections_hold_no_read_buffer() {
+    const IDLE: usize = 500;
+    let mut config = local_config();
+    config.limits.max_memory_bytes = 24 << 20;
+    let runner = tether_host::p3::Runner::new(config).expect("p3 runner");
+    let listen = format!("127.0.0.1:{}", closed_port());
+    let tcp_listen = format!("127.0.0.1:{}", closed_port());
+    let total = (IDLE + 1).to_string();
+    let guest = echo_p3(&runner, &["server", &listen, &total, "--tcp", &tcp_listen]);
+    let addr = tcp_listen.clone();
+    let clients = peer_runtime().spawn(async move {
+        let connect = || async {
+            for _ in 0..500 {
+                if let Ok(tcp) = tokio::net::TcpStream::connect(&addr).await {
+                    return tcp;
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            panic!("the p3 echo guest never accepted a connection at {addr}");
+        };
+        let mut idle = Vec::new();
+        for _ in 0..IDLE {
+            idle.push(connect().await);
+        }
+        // Time for the guest to accept them all and wait on each.
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let mut last = connect().await;
+        last.write_all(b"still serving").await.unwrap();
+        last.shutdown().await.unwrap();
+        let mut back = Vec::new();
+        let read = tokio::time::timeout(Duration::from_secs(10), last.read_to_end(&mut back)).await;
+        for tcp in &mut idle {
+            let _ = tcp.shutdown().await;
+        }
+        for tcp in &mut idle {
+            let mut rest = Vec::new();
+            let _ = tokio::time::timeout(Duration::from_secs(10), tcp.read_to_end(&mut rest)).await;
+        }
+        (read.map(|r| r.is_ok()), back)
+    });
+    let (out, clients) =
+        tokio::time::timeout(GUEST_DEADLINE, async { tokio::join!(guest, clients) })
+            .await
+            .expect("the p3 server run took over 120 s");
+    assert!(out.success(), "{}", show(&out));
+    let (read, back) = clients.unwrap();
+    assert_eq!(read, Ok(true), "the last connection never ended");
+    assert_eq!(back, b"still serving", "{}", show(&out));
+}
+
 /// The p3 client mode echoes 200 mixed messages and reports the server's
 /// close code, like the p2 build (`websocket.rs`).
 #[tokio::test(flavor = "current_thread")]
