@@ -76,10 +76,31 @@ export class Host {
 
   /**
    * Ends the run: closes every open message stream (1000 after its queue
-   * when the guest succeeded, 1011 naming the failure otherwise) and
-   * resolves once every connection is gone or the linger time passed.
+   * when the guest succeeded, 1011 with `failure`, a fixed phrase,
+   * otherwise); ends every TCP byte stream after what the guest wrote
+   * (FIN), or resets it (RST, its queue dropped) when the guest failed;
+   * and resolves once every message stream is gone and every byte stream
+   * has sent its bytes and FIN, or the linger time passed (as Rust's
+   * `HostCtx::drained`: exiting earlier drops what the host still held).
    */
   async shutdown(failure) {
+    const drains = [];
+    for (const s of [...this.socks]) {
+      const sock = s.sock;
+      if (failure) {
+        sock.resetAndDestroy();
+        continue;
+      }
+      if (!sock.writableEnded) sock.end();
+      if (!sock.writableFinished && !sock.destroyed) {
+        drains.push(
+          new Promise((resolve) => {
+            sock.once("finish", resolve);
+            sock.once("close", resolve);
+          }),
+        );
+      }
+    }
     for (const c of [...this.conns]) {
       if (failure) {
         if (!c.ended) {
@@ -103,5 +124,11 @@ export class Host {
         this.changed.waiters.add(done);
       });
     }
+    let timer;
+    await Promise.race([
+      Promise.all(drains),
+      new Promise((resolve) => (timer = setTimeout(resolve, Math.max(0, deadline - Date.now())))),
+    ]);
+    clearTimeout(timer);
   }
 }

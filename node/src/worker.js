@@ -60,8 +60,22 @@ async function main() {
     result = classify(e);
   }
   Atomics.store(beat, 0, 0);
-  await host.shutdown(result.ok || result.exit === 0 ? null : result.error ?? `guest exited with status ${result.exit}`);
+  await host.shutdown(result.ok || result.exit === 0 ? null : wireReason(result));
   parentPort.postMessage({ result, peakBuffered: host.stats.peakBuffered });
+}
+
+/**
+ * The 1011 close reason peers get when the run failed: a fixed phrase per
+ * kind of failure, as host/src/runner.rs sends; the details (trap text,
+ * a stack with host paths) stay in the outcome, never on the wire.
+ */
+function wireReason(r) {
+  const phrases = {
+    memory: "guest stopped: memory limit",
+    trap: "guest trapped",
+    instantiate: "guest failed to start",
+  };
+  return (r.kind && phrases[r.kind]) || "guest exited with an error";
 }
 
 /** Turns what the run threw into an outcome like host/src/runner.rs `RunError`. */
