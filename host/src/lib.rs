@@ -378,15 +378,10 @@ pub struct TetherCtx {
     guest_id: u64,
     /// The message streams handed to this guest (weak: the guest owns
     /// them), so that [`TetherCtx::fail_streams`] can reach them.
-    streams: Vec<websocket::StreamHandle>,
-    /// `streams` is pruned of dropped streams when it reaches this length
-    /// (twice what the last pruning kept, at least 64): amortized O(1) a
-    /// stream, whatever the guest's churn.
-    prune_streams_at: usize,
+    streams: Handles<websocket::StreamHandle>,
     /// The TCP byte streams handed to this guest (weak), so that
-    /// [`TetherCtx::fail_streams`] can reset them; pruned as `streams` is.
-    byte_streams: Vec<tcp::ByteStreamHandle>,
-    prune_byte_streams_at: usize,
+    /// [`TetherCtx::fail_streams`] can reset them.
+    byte_streams: Handles<tcp::ByteStreamHandle>,
     /// Table entries of `wasi:io` streams dropped before their pollables
     /// (see the drop rule in `ready.rs`), deleted once those are gone.
     orphans: Vec<ready::Orphan>,
@@ -411,10 +406,8 @@ impl TetherCtx {
             lookups: net::lookup_places(host.config.limits.max_dns_lookups_per_guest),
             host,
             guest_id: metrics::GUEST_IDS.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
-            streams: Vec::new(),
-            prune_streams_at: 64,
-            byte_streams: Vec::new(),
-            prune_byte_streams_at: 64,
+            streams: Handles::new(websocket::StreamHandle::is_alive),
+            byte_streams: Handles::new(tcp::ByteStreamHandle::is_alive),
             orphans: Vec::new(),
             aead_keys: 0,
         }
@@ -436,20 +429,12 @@ impl TetherCtx {
     /// Remembers a stream handed to the guest; forgets dropped ones now and
     /// then, so a guest that accepts streams for days holds no growing list.
     pub(crate) fn track(&mut self, stream: websocket::StreamHandle) {
-        if self.streams.len() >= self.prune_streams_at {
-            self.streams.retain(websocket::StreamHandle::is_alive);
-            self.prune_streams_at = (self.streams.len() * 2).max(64);
-        }
         self.streams.push(stream);
     }
 
     /// Remembers a TCP byte stream handed to the guest, as
     /// [`TetherCtx::track`] does message streams.
     pub(crate) fn track_byte_stream(&mut self, stream: tcp::ByteStreamHandle) {
-        if self.byte_streams.len() >= self.prune_byte_streams_at {
-            self.byte_streams.retain(tcp::ByteStreamHandle::is_alive);
-            self.prune_byte_streams_at = (self.byte_streams.len() * 2).max(64);
-        }
         self.byte_streams.push(stream);
     }
 
@@ -461,14 +446,46 @@ impl TetherCtx {
     /// guest trapped or exited with an error, before its store drops.
     /// Returns the message streams, to wait for their close frames.
     pub(crate) fn fail_streams(&mut self, reason: &'static str) -> Vec<websocket::StreamHandle> {
-        for stream in self.byte_streams.drain(..) {
+        for stream in self.byte_streams.take_alive() {
             stream.abort(reason);
         }
-        let streams: Vec<_> = self.streams.drain(..).filter(|s| s.is_alive()).collect();
+        let streams = self.streams.take_alive();
         for stream in &streams {
             stream.close_failed(reason);
         }
         streams
+    }
+}
+
+/// Weak handles to objects handed to a guest, pruned of the gone ones
+/// when the list reaches `prune_at` (twice what the last pruning kept, at
+/// least 64): amortized O(1) a handle, whatever the guest's churn.
+struct Handles<T> {
+    items: Vec<T>,
+    prune_at: usize,
+    alive: fn(&T) -> bool,
+}
+
+impl<T> Handles<T> {
+    fn new(alive: fn(&T) -> bool) -> Handles<T> {
+        Handles {
+            items: Vec::new(),
+            prune_at: 64,
+            alive,
+        }
+    }
+
+    fn push(&mut self, item: T) {
+        if self.items.len() >= self.prune_at {
+            self.items.retain(self.alive);
+            self.prune_at = (self.items.len() * 2).max(64);
+        }
+        self.items.push(item);
+    }
+
+    /// Takes every handle out; returns those still alive.
+    fn take_alive(&mut self) -> Vec<T> {
+        self.items.drain(..).filter(self.alive).collect()
     }
 }
 

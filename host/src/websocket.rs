@@ -366,6 +366,24 @@ pub(crate) struct Shared {
 
 type DynSink = Pin<Box<dyn Sink<WsMessage, Error = tungstenite::Error> + Send>>;
 
+/// Runs `f` on a stream's TCP socket (`socket`, its descriptor) while
+/// `sink`, the write half that owns the socket, is alive. `None` without a
+/// socket or once the write half is gone.
+fn with_socket<R>(
+    sink: &Option<DynSink>,
+    socket: Option<std::os::fd::RawFd>,
+    f: impl FnOnce(socket2::SockRef<'_>) -> R,
+) -> Option<R> {
+    let (Some(_), Some(fd)) = (sink, socket) else {
+        return None;
+    };
+    // SAFETY: the write half is alive (`sink`, borrowed for this call),
+    // and it owns the WebSocket stream over this socket: the descriptor is
+    // open.
+    let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
+    Some(f(socket2::SockRef::from(&fd)))
+}
+
 impl Shared {
     /// Queues a close frame after every queued message, unless a close is
     /// queued already or the stream ended.
@@ -390,20 +408,19 @@ impl Shared {
     /// close frame and the end of the stream before the close resets
     /// whatever it still sends. The linger timer cuts this short.
     async fn finish_failed(&self) {
-        let Some(fd) = self.socket else { return };
-        {
+        let shut = {
             let sink = self.sink.lock().unwrap_or_else(|e| e.into_inner());
-            if sink.is_none() {
-                return;
-            }
-            // SAFETY: the write half is alive (`sink`, held locked here),
-            // and it owns the WebSocket stream over this socket: the
-            // descriptor is open.
-            let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
-            if let Err(e) = socket2::SockRef::from(&fd).shutdown(std::net::Shutdown::Write) {
+            with_socket(&sink, self.socket, |s| {
+                s.shutdown(std::net::Shutdown::Write)
+            })
+        };
+        match shut {
+            None => return,
+            Some(Err(e)) => {
                 tracing::debug!("shutting the write side of a failed connection: {e}");
                 return;
             }
+            Some(Ok(())) => {}
         }
         tokio::time::sleep(std::time::Duration::from_millis(FAILED_CLOSE_GRACE_MS)).await;
     }
@@ -443,12 +460,10 @@ impl Shared {
             }
         }
         let sink = self.sink.lock().unwrap_or_else(|e| e.into_inner()).take();
-        if let (Some(_), Some(fd)) = (&sink, self.socket) {
-            // SAFETY: the write half is alive (`sink`), and it owns the
-            // WebSocket stream over this socket: the descriptor is open.
-            let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
-            if let Err(e) = socket2::SockRef::from(&fd).set_linger(Some(std::time::Duration::ZERO))
-            {
+        if let Some(set) = with_socket(&sink, self.socket, |s| {
+            s.set_linger(Some(std::time::Duration::ZERO))
+        }) {
+            if let Err(e) = set {
                 tracing::debug!("SO_LINGER 0 failed: {e}");
             }
             tracing::debug!("websocket: closing handshake not done within linger_timeout: reset");
