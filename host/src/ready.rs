@@ -29,6 +29,11 @@ impl Signal {
     /// Resolves once `cond()` is true; `cond` is re-checked after every
     /// [`Signal::wake`].
     pub async fn wait_until(&self, mut cond: impl FnMut() -> bool) {
+        // Already true: no waiter to enlist (a message stream's reader asks
+        // this once per message read).
+        if cond() {
+            return;
+        }
         loop {
             let notified = self.0.notified();
             tokio::pin!(notified);

@@ -22,7 +22,7 @@ use std::pin::Pin;
 use std::task::{Context, Poll, Waker, ready};
 
 use futures_util::stream::SplitStream;
-use futures_util::{Sink, StreamExt};
+use futures_util::{FutureExt, Sink, StreamExt};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
 use tokio::task::AbortHandle;
@@ -59,6 +59,11 @@ const INLINE_SENDS_PER_YIELD: u8 = 2;
 /// tungstenite zero-fills this much before every read, so its 128 KiB
 /// default cost a 128 KiB memset per received message on a round trip.
 const READ_BUFFER_BYTES: usize = 32 * 1024;
+
+/// Messages a stream's reader queues at most before it wakes the guest's
+/// side (its receive pollable and readiness entries): a burst read from
+/// one socket read costs one wake-up, not one per message.
+const WAKE_BATCH: usize = 64;
 
 /// Close code for "no status code was present" (RFC 6455 section 7.4.1).
 pub const CLOSE_NO_STATUS: u16 = 1005;
@@ -230,7 +235,10 @@ pub fn ws_config(limits: &Limits) -> WebSocketConfig {
 
 #[derive(Default)]
 struct State {
-    inbound: VecDeque<Message>,
+    /// Data messages only (text or binary), as tungstenite read them: the
+    /// payloads are slices of its read buffer, lowered into the guest
+    /// without another copy (`lift::Delivered`).
+    inbound: VecDeque<WsMessage>,
     inbound_bytes: usize,
     outbound: VecDeque<WsMessage>,
     /// Bytes of the outbound queue, plus `in_sink`.
@@ -579,16 +587,21 @@ impl Shared {
 
     /// Appends an admitted data message to the outbound queue.
     fn queue_data(&self, st: &mut State, message: Message) {
-        let len = message_len(&message);
+        self.count_sent(st, message_len(&message));
+        st.outbound.push_back(match message {
+            Message::Text(t) => WsMessage::Text(t.into()),
+            Message::Binary(b) => WsMessage::Binary(b.into()),
+        });
+    }
+
+    /// Counts an admitted data message of `len` payload bytes against the
+    /// outbound buffer, the host's sum and the metrics.
+    fn count_sent(&self, st: &mut State, len: usize) {
         let flow = &self.metrics.websocket;
         flow.sent_messages.inc();
         flow.sent_bytes.inc_by(len as u64);
         st.outbound_bytes += queued_len(len);
         self.stats.add_buffered(queued_len(len));
-        st.outbound.push_back(match message {
-            Message::Text(t) => WsMessage::Text(t.into()),
-            Message::Binary(b) => WsMessage::Binary(b.into()),
-        });
     }
 
     /// Queues the longest prefix of `offered` that fits, in order, copying
@@ -596,28 +609,54 @@ impl Shared {
     /// most `max_batch_messages`); see the WIT `send-many` for the errors.
     /// The burst goes to tungstenite and the socket with one flush. The
     /// outer error is a failure to read an offered message (a trap).
+    ///
+    /// Binary payloads under [`SHARED_COPY_BYTES`] are copied into one
+    /// buffer per call and queued as slices of it (one allocation per
+    /// burst, not per message); the buffer holds only admitted bytes, so
+    /// it is never more than the burst counts against the buffers.
     pub(crate) fn send_offered<'a>(
         &self,
         offered: impl Iterator<Item = wasmtime::Result<Offered<'a>>>,
     ) -> wasmtime::Result<Result<u32, ErrorCode>> {
         let mut st = self.lock();
         let idle = self.writer_idle(&st);
-        let mut taken = 0u32;
+        let mut taken = Vec::new();
         for message in offered.take(self.max_batch) {
             let message = message?;
             match self.admit(&mut st, message.len()) {
-                Ok(()) => self.queue_data(&mut st, message.into_message()),
-                Err(e) if taken == 0 => return Ok(Err(e)),
+                Ok(()) => {
+                    self.count_sent(&mut st, message.len());
+                    taken.push(message);
+                }
+                Err(e) if taken.is_empty() => return Ok(Err(e)),
                 // The next call reports it (or takes it, once there is
                 // room: `blocked_len` holds its size for the pollable).
                 Err(_) => break,
             }
-            taken += 1;
         }
-        if taken == 0 {
+        if taken.is_empty() {
             return Ok(Ok(0));
         }
-        Ok(self.flush_burst(st, idle).map(|()| taken))
+        let shared_bytes = taken
+            .iter()
+            .filter_map(|m| match m {
+                Offered::Binary(b) if b.len() < SHARED_COPY_BYTES => Some(b.len()),
+                _ => None,
+            })
+            .sum();
+        let mut copies = bytes::BytesMut::with_capacity(shared_bytes);
+        let n = taken.len() as u32;
+        st.outbound.extend(taken.into_iter().map(|m| match m {
+            Offered::Binary(b) if b.len() < SHARED_COPY_BYTES => {
+                copies.extend_from_slice(b);
+                WsMessage::Binary(copies.split().freeze())
+            }
+            m => match m.into_message() {
+                Message::Text(t) => WsMessage::Text(t.into()),
+                Message::Binary(b) => WsMessage::Binary(b.into()),
+            },
+        }));
+        Ok(self.flush_burst(st, idle).map(|()| n))
     }
 
     /// After messages were queued: when the writer task was idle before
@@ -749,6 +788,10 @@ impl Drop for Shared {
     }
 }
 
+/// Binary messages `send-many` copies into one shared buffer per call
+/// when they are smaller than this, bytes; larger ones get a buffer each.
+const SHARED_COPY_BYTES: usize = 4096;
+
 /// What one queued message counts against a stream's inbound or
 /// outbound buffer besides its payload, bytes: about what its queue entry
 /// costs the host. Without it a flood of empty messages (two bytes each
@@ -787,6 +830,16 @@ impl Offered<'_> {
             Offered::Text(t) => Message::Text(t.into_owned()),
             Offered::Binary(b) => Message::Binary(b.to_vec()),
         }
+    }
+}
+
+/// A data message as the guest's bindings carry it (a copy of its
+/// payload).
+fn to_message(m: WsMessage) -> Message {
+    match m {
+        WsMessage::Text(t) => Message::Text(t.as_str().to_owned()),
+        WsMessage::Binary(b) => Message::Binary(b.into()),
+        _ => unreachable!("only data messages are queued inbound"),
     }
 }
 
@@ -934,9 +987,15 @@ impl MessageStream {
 
     /// Takes the next message; see the WIT `receive`.
     pub fn receive(&self) -> Result<Option<Message>, ErrorCode> {
+        Ok(self.take_one()?.map(to_message))
+    }
+
+    /// Takes the next message as tungstenite read it (a data message);
+    /// see [`MessageStream::receive`].
+    pub(crate) fn take_one(&self) -> Result<Option<WsMessage>, ErrorCode> {
         let mut st = self.shared.lock();
         if let Some(m) = st.inbound.pop_front() {
-            self.shared.release_inbound(st, queued_len(message_len(&m)));
+            self.shared.release_inbound(st, queued_len(m.len()));
             return Ok(Some(m));
         }
         match &st.read_end {
@@ -954,6 +1013,20 @@ impl MessageStream {
         max_messages: u32,
         max_bytes: u64,
     ) -> Result<Vec<Message>, ErrorCode> {
+        Ok(self
+            .take_many(max_messages, max_bytes)?
+            .into_iter()
+            .map(to_message)
+            .collect())
+    }
+
+    /// Takes the waiting messages as tungstenite read them (data
+    /// messages); see [`MessageStream::receive_many`].
+    pub(crate) fn take_many(
+        &self,
+        max_messages: u32,
+        max_bytes: u64,
+    ) -> Result<Vec<WsMessage>, ErrorCode> {
         if max_messages == 0 {
             return Err(ErrorCode::InvalidArgument(
                 "receive-many: max-messages must be at least 1".into(),
@@ -965,7 +1038,7 @@ impl MessageStream {
         let (mut bytes, mut queued) = (0u64, 0usize);
         while out.len() < max {
             let Some(m) = st.inbound.front() else { break };
-            let len = message_len(m);
+            let len = m.len();
             if !out.is_empty() && bytes + len as u64 > max_bytes {
                 break;
             }
@@ -1200,24 +1273,49 @@ async fn read_loop<S>(
 {
     let mut control_pace = ControlPace::new(tokio::time::Instant::now());
     let mut paused_until = None;
+    // Messages queued since the guest's side was last woken: one wake-up
+    // per read burst, given before the reader waits for anything (the
+    // socket, room, the pace), and at least every [`WAKE_BATCH`] messages.
+    let mut unwoken = 0usize;
+    let wake = |unwoken: &mut usize| {
+        if *unwoken > 0 {
+            *unwoken = 0;
+            shared.readable.wake();
+        }
+    };
+    let room = || {
+        let st = shared.lock();
+        (shared.inbound_open(&st)
+            || (st.write_error.is_some() && st.inbound_bytes < shared.inbound_limit))
+            && (st.pong_debt <= PONG_DEBT_BYTES || st.write_error.is_some())
+    };
     let end = loop {
         if let Some(resume) = paused_until.take() {
+            wake(&mut unwoken);
             tokio::time::sleep_until(resume).await;
         }
         // Backpressure: while the inbound queue is full, or the pongs
         // owed to the peer wait for a flush, or the peer's pings and pongs
         // ran ahead of their pace, do not read the socket at all; the
         // kernel buffers fill and TCP stalls the peer.
-        shared
-            .inbound_room
-            .wait_until(|| {
-                let st = shared.lock();
-                (shared.inbound_open(&st)
-                    || (st.write_error.is_some() && st.inbound_bytes < shared.inbound_limit))
-                    && (st.pong_debt <= PONG_DEBT_BYTES || st.write_error.is_some())
-            })
-            .await;
-        let item = rx.next().await;
+        if !room() {
+            wake(&mut unwoken);
+            shared.inbound_room.wait_until(room).await;
+        }
+        // What tungstenite can return without waiting (already buffered,
+        // or one socket read away) is queued before the guest is woken.
+        let now = if unwoken < WAKE_BATCH {
+            rx.next().now_or_never()
+        } else {
+            None
+        };
+        let item = match now {
+            Some(item) => item,
+            None => {
+                wake(&mut unwoken);
+                rx.next().await
+            }
+        };
         let charge = match &item {
             Some(Ok(WsMessage::Text(_) | WsMessage::Binary(_))) => assembly.message_delivered(),
             Some(Ok(WsMessage::Ping(p) | WsMessage::Pong(p))) => {
@@ -1238,8 +1336,7 @@ async fn read_loop<S>(
         {
             let mut st = shared.lock();
             let message = match item {
-                Some(Ok(WsMessage::Text(t))) => Message::Text(t.as_str().to_owned()),
-                Some(Ok(WsMessage::Binary(b))) => Message::Binary(b.into()),
+                Some(Ok(m @ (WsMessage::Text(_) | WsMessage::Binary(_)))) => m,
                 Some(Ok(WsMessage::Close(frame))) => {
                     // tungstenite answered the close with the same code
                     // (1002 if the peer's code is not allowed, which it also
@@ -1308,7 +1405,7 @@ async fn read_loop<S>(
                 }
                 None => break ErrorCode::Closed,
             };
-            let len = message_len(&message);
+            let len = message.len();
             shared.metrics.websocket.received_messages.inc();
             shared.metrics.websocket.received_bytes.inc_by(len as u64);
             st.inbound_bytes += queued_len(len);
@@ -1316,7 +1413,7 @@ async fn read_loop<S>(
             shared.stats.add_buffered(queued_len(len));
             st.inbound.push_back(message);
         }
-        shared.readable.wake();
+        unwoken += 1;
     };
     // The read half goes first; the writer task drops the write half once
     // it has sent what it must, and the TCP connection closes.

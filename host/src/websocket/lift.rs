@@ -18,13 +18,19 @@
 //!   entries per list and [`MAX_OPTION_BYTES`] bytes in all, checked
 //!   before anything is copied; more is `invalid-argument`.
 //!
+//! The other way, `receive` and `receive-many` lower each binary payload
+//! into the guest straight from the slice of tungstenite's read buffer
+//! that holds it ([`Delivered`]): no host copy, no host allocation per
+//! message.
+//!
 //! The functions replace the generated ones in the linker
 //! ([`add_to_linker`], after the bindings' own `add_to_linker`), with the
 //! same WIT types and the same behaviour otherwise.
 
 use std::sync::Arc;
 
-use wasmtime::component::{ComponentType, Lift, Linker, Resource, WasmList, WasmStr};
+use tokio_tungstenite::tungstenite::Message as WsMessage;
+use wasmtime::component::{ComponentType, Lift, Linker, Lower, Resource, WasmList, WasmStr};
 use wasmtime::{AsContextMut, StoreContextMut};
 
 use super::{FutureMessageStream, Listener, MessageStream, Offered, Shared};
@@ -56,6 +62,27 @@ enum RawMessage {
     Binary(WasmList<u8>),
 }
 
+/// A received `message`, lowered from the host's own buffers: a binary
+/// payload is the `Bytes` slice tungstenite read it into.
+#[derive(ComponentType, Lower)]
+#[component(variant)]
+enum Delivered {
+    #[component(name = "text")]
+    Text(String),
+    #[component(name = "binary")]
+    Binary(bytes::Bytes),
+}
+
+impl From<WsMessage> for Delivered {
+    fn from(m: WsMessage) -> Self {
+        match m {
+            WsMessage::Text(t) => Delivered::Text(t.as_str().to_owned()),
+            WsMessage::Binary(b) => Delivered::Binary(b),
+            _ => unreachable!("only data messages are queued inbound"),
+        }
+    }
+}
+
 /// `connect-options`, its lists still in guest memory.
 #[derive(ComponentType, Lift)]
 #[component(record)]
@@ -71,8 +98,9 @@ struct RawListenOptions {
     subprotocols: WasmList<WasmStr>,
 }
 
-/// Replaces the generated `send-many`, `connect` and `listen` of
-/// `tether:streams/websocket` in `linker` with the lazy lifts above.
+/// Replaces the generated `send-many`, `receive`, `receive-many`,
+/// `connect` and `listen` of `tether:streams/websocket` in `linker` with
+/// the lazy lifts and the lowering above.
 pub(crate) fn add_to_linker<T: TetherView + 'static>(
     linker: &mut Linker<T>,
 ) -> wasmtime::Result<()> {
@@ -97,6 +125,31 @@ pub(crate) fn add_to_linker<T: TetherView + 'static>(
                 })
             });
             Ok((shared.send_offered(offered)?,))
+        },
+    )?;
+    ws.func_wrap(
+        "[method]message-stream.receive",
+        |mut store: StoreContextMut<'_, T>, (this,): (Resource<MessageStream>,)| {
+            let view = store.data_mut().tether();
+            let taken: Result<Option<Delivered>, ErrorCode> = view
+                .table
+                .get(&this)?
+                .take_one()
+                .map(|m| m.map(Delivered::from));
+            Ok((taken,))
+        },
+    )?;
+    ws.func_wrap(
+        "[method]message-stream.receive-many",
+        |mut store: StoreContextMut<'_, T>,
+         (this, max_messages, max_bytes): (Resource<MessageStream>, u32, u64)| {
+            let view = store.data_mut().tether();
+            let taken: Result<Vec<Delivered>, ErrorCode> = view
+                .table
+                .get(&this)?
+                .take_many(max_messages, max_bytes)
+                .map(|ms| ms.into_iter().map(Delivered::from).collect());
+            Ok((taken,))
         },
     )?;
     ws.func_wrap(
