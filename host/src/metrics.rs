@@ -607,7 +607,7 @@ async fn serve_loop(
     loop {
         let accepted = tokio::select! {
             () = scrapes.join_next() => continue,
-            accepted = listener.accept() => accepted,
+            accepted = crate::net::accept(&listener) => accepted,
         };
         let (mut tcp, peer) = match accepted {
             Ok(accepted) => {

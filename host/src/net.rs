@@ -294,9 +294,23 @@ pub fn bind(ctx: &HostCtx, address: &str) -> Result<TcpListener, ErrorCode> {
     socket.listen(1024).map_err(|e| io_error(&e))
 }
 
-/// Sets TCP_NODELAY on an accepted socket.
-pub fn accepted(stream: &TcpStream) -> io::Result<()> {
-    stream.set_nodelay(true)
+/// Accepts the next connection on `listener` with TCP_NODELAY set: every
+/// listener the host runs (WebSocket, TCP, metrics) accepts through this,
+/// so no accepted socket, even one answered with a refusal, waits on
+/// Nagle. A connection whose option cannot be set (reset meanwhile) is
+/// dropped and the next one taken. Cancel-safe, as `TcpListener::accept`.
+///
+/// Errors: the listener's own accept errors (EMFILE, ENFILE, ...).
+pub async fn accept(listener: &TcpListener) -> io::Result<(TcpStream, SocketAddr)> {
+    loop {
+        let (tcp, peer) = listener.accept().await?;
+        match tcp.set_nodelay(true) {
+            Ok(()) => return Ok((tcp, peer)),
+            Err(e) => {
+                tracing::debug!(%peer, "accepted connection dropped: TCP_NODELAY failed: {e}")
+            }
+        }
+    }
 }
 
 /// How long a listener waits after a failed accept (EMFILE, ENFILE,

@@ -743,7 +743,7 @@ async fn accept_loop(
     let mut errors = net::AcceptErrors::new("TCP listener");
     loop {
         queue.room().await;
-        match listener.accept().await {
+        match net::accept(&listener).await {
             Ok((tcp, peer)) => {
                 errors.accepted();
                 let place = match ctx.connections.take(peer) {
@@ -754,10 +754,6 @@ async fn accept_loop(
                         continue;
                     }
                 };
-                if let Err(e) = net::accepted(&tcp) {
-                    tracing::warn!(%peer, "TCP_NODELAY failed: {e}");
-                    continue;
-                }
                 queue.push((tcp, Some(place)));
             }
             Err(e) => errors.failed(&e).await,

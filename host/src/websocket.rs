@@ -2173,7 +2173,7 @@ async fn accept_loop(
             () = handshakes.join_next() => continue,
             accepted = async {
                 queue.room().await;
-                listener.accept().await
+                net::accept(&listener).await
             } => accepted,
         };
         let (tcp, peer) = match accepted {
@@ -2222,10 +2222,6 @@ async fn accept_loop(
                 tracing::debug!(%peer, max_handshakes, "refused: too many WebSocket handshakes in progress");
                 continue;
             }
-        }
-        if let Err(e) = net::accepted(&tcp) {
-            tracing::warn!(%peer, "TCP_NODELAY failed: {e}");
-            continue;
         }
         let head = places::HeadArrived::default();
         handshakes.spawn(

@@ -66,3 +66,39 @@ fn an_embedder_registers_the_host_metrics_into_its_own_registry() {
         }
     });
 }
+
+/// The metrics server's accepted sockets have TCP_NODELAY, as every
+/// socket the host accepts (the red team of 2026-12-07, F4: its listener
+/// accepted without it). A scraper that has not sent its head yet holds
+/// its socket, so the server side can be read back from the kernel.
+#[test]
+fn the_metrics_server_sets_tcp_nodelay_on_what_it_accepts() {
+    within(Duration::from_secs(30), || async {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let server = tether_host::metrics::MetricsServer::serve(
+            listener,
+            std::sync::Arc::new(Registry::default()),
+            &tether_host::Limits::default(),
+        )
+        .unwrap();
+        let client = tokio::net::TcpStream::connect(server.local_addr())
+            .await
+            .unwrap();
+        let client_addr = client.local_addr().unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        let found = loop {
+            let found =
+                crate::common::nodelay_of_sockets_between(client_addr, Some(server.local_addr()));
+            if !found.is_empty() || std::time::Instant::now() > deadline {
+                break found;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        };
+        assert_eq!(
+            found,
+            vec![true],
+            "TCP_NODELAY of the accepted scrape socket"
+        );
+        drop(client);
+    });
+}

@@ -707,3 +707,53 @@ async fn connect_goes_on_when_the_server_selects_no_subprotocol() {
     .expect("p3 guest still running at its deadline");
     assert!(out.success(), "p3: {}", show(&out));
 }
+
+/// RFC 6455 section 4.1, the client's check 5: a server whose 101 turns on
+/// an extension the request did not offer fails the connect, naming the
+/// extension (the red team of 2026-12-07, F3: the connect succeeded, and
+/// the stream failed with 1002 at the first compressed frame). A made-up
+/// extension alike.
+#[tokio::test(flavor = "current_thread")]
+async fn an_extension_the_request_did_not_offer_fails_the_connect() {
+    let runner = runner(local_config());
+    for extension in ["permessage-deflate", "x-evil; a=1"] {
+        let server = tcp_server(move |mut tcp| async move {
+            let mut head = Vec::new();
+            let mut buf = [0u8; 1024];
+            while !head.ends_with(b"\r\n\r\n") {
+                match tcp.read(&mut buf).await {
+                    Ok(n) if n > 0 => head.extend_from_slice(&buf[..n]),
+                    _ => return,
+                }
+            }
+            let head = String::from_utf8_lossy(&head).to_string();
+            let key = head
+                .lines()
+                .find_map(|l| {
+                    let (name, value) = l.split_once(':')?;
+                    name.eq_ignore_ascii_case("sec-websocket-key")
+                        .then(|| value.trim().to_string())
+                })
+                .expect("a key");
+            let accept =
+                tokio_tungstenite::tungstenite::handshake::derive_accept_key(key.as_bytes());
+            let answer = format!(
+                "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: {accept}\r\nSec-WebSocket-Extensions: {extension}\r\n\r\n"
+            );
+            let _ = tcp.write_all(answer.as_bytes()).await;
+            // A text frame "hello", then wait for the client to go.
+            let _ = tcp.write_all(b"\x81\x05hello").await;
+            while tcp.read(&mut buf).await.map(|n| n > 0).unwrap_or(false) {}
+        });
+        let out = probe(&runner, &["connect", &format!("ws://{server}/")]).await;
+        let text = out.stdout_text();
+        let name = extension.split(';').next().unwrap();
+        assert!(
+            text.starts_with("error protocol-error")
+                && text.contains(name)
+                && text.contains("did not offer"),
+            "{extension}: {}",
+            show(&out)
+        );
+    }
+}

@@ -42,6 +42,15 @@ const ALLOW_MTUD: bool = true;
 /// (RFC 9001 section 4.8).
 const NO_APPLICATION_PROTOCOL: u64 = 0x100 + 120;
 
+/// Datagrams the endpoint answered by itself (version negotiation,
+/// refusals, stateless resets) that a link holds at most while the pipe
+/// does not take them; past it, new answers are dropped
+/// ([`LinkStats::responses_dropped`]). These answers are best effort: a
+/// server may drop them (RFC 9000 sections 6.1, 10.3), and a peer that
+/// sends datagrams eliciting them without reading its own pipe would
+/// otherwise have the link keep one per datagram, without bound.
+pub const MAX_QUEUED_RESPONSES: usize = 16;
+
 /// Counters of one link.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct LinkStats {
@@ -54,6 +63,9 @@ pub struct LinkStats {
     /// but fail to decrypt (truncated, corrupted) are dropped inside
     /// quinn-proto and not counted here.
     pub ignored: u64,
+    /// Endpoint answers dropped because [`MAX_QUEUED_RESPONSES`] were
+    /// waiting for the pipe already.
+    pub responses_dropped: u64,
 }
 
 /// One QUIC connection over one datagram pipe, client or server side.
@@ -180,21 +192,28 @@ impl Link {
                         }
                         Err(e) => {
                             if let Some(t) = e.response {
-                                self.responses
-                                    .push_back(Bytes::copy_from_slice(&self.buf[..t.size]));
+                                self.queue_response(t.size);
                             }
                             self.error = Some(self.classify(&e.cause));
                         }
                     }
                 }
             }
-            Some(DatagramEvent::Response(t)) => {
-                self.responses
-                    .push_back(Bytes::copy_from_slice(&self.buf[..t.size]));
-            }
+            Some(DatagramEvent::Response(t)) => self.queue_response(t.size),
             None => self.stats.ignored += 1,
         }
         self.shuttle();
+    }
+
+    /// Queues the endpoint's answer (the first `size` bytes of `buf`),
+    /// unless [`MAX_QUEUED_RESPONSES`] wait already.
+    fn queue_response(&mut self, size: usize) {
+        if self.responses.len() >= MAX_QUEUED_RESPONSES {
+            self.stats.responses_dropped += 1;
+            return;
+        }
+        self.responses
+            .push_back(Bytes::copy_from_slice(&self.buf[..size]));
     }
 
     /// Passes endpoint events between the connection and the endpoint.

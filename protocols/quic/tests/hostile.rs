@@ -238,3 +238,49 @@ fn a_connection_takes_its_share_and_gives_it_back() {
     drop(echo);
     assert_eq!(budget.free(), full.bytes(), "given back");
 }
+
+/// A datagram of 1,200 bytes with a long header and a version no QUIC
+/// endpoint supports (a reserved one, RFC 9000 section 15): the server
+/// answers each with a Version Negotiation packet.
+fn unsupported_version_datagram(i: u32) -> Vec<u8> {
+    let mut d = vec![0xc0];
+    d.extend_from_slice(&0x0a0a_0a0au32.to_be_bytes());
+    d.push(8);
+    d.extend_from_slice(&u64::from(i).to_be_bytes());
+    d.push(8);
+    d.extend_from_slice(&[7; 8]);
+    d.resize(1200, 0);
+    d
+}
+
+/// A peer that sends datagrams the endpoint answers by itself and never
+/// takes the answers (the red team of 2026-12-07, F1: the link kept one
+/// answer per datagram, and the guest was stopped at its memory limit
+/// after about 2 million): the link holds at most
+/// `MAX_QUEUED_RESPONSES` of them and drops the rest, then answers again
+/// once the pipe takes them.
+#[test]
+fn endpoint_answers_a_pipe_does_not_take_are_bounded() {
+    let identity = Identity::generate(&["localhost"]).unwrap();
+    let now = Instant::now();
+    let mut server = Link::server(now, &identity, &Options::default()).unwrap();
+    let sent = 200_000u32;
+    for i in 0..sent {
+        server.handle_datagram(now, &unsupported_version_datagram(i));
+    }
+    let mut answers = 0usize;
+    while let Some(d) = server.poll_transmit(now) {
+        assert_eq!(&d[1..5], &[0, 0, 0, 0], "a Version Negotiation packet");
+        answers += 1;
+    }
+    assert!(answers > 0, "the server answered nothing");
+    assert!(
+        answers <= tether_quic::link::MAX_QUEUED_RESPONSES,
+        "the link held {answers} answers for {sent} datagrams"
+    );
+    let stats = server.stats();
+    assert_eq!(stats.responses_dropped, u64::from(sent) - answers as u64);
+    // Taken, the queue has room again.
+    server.handle_datagram(now, &unsupported_version_datagram(0));
+    assert!(server.poll_transmit(now).is_some());
+}

@@ -273,6 +273,11 @@ pub enum ProtocolError {
         /// Payload bytes of the message so far, the refused frame's included.
         size: usize,
     },
+    /// The server's handshake response turns on an extension the request
+    /// did not offer (RFC 6455 section 4.1, the client's check 5). Tether
+    /// patch: upstream left the check as a TODO and went on.
+    #[error("The server selected the extension `{0}`, which the request did not offer")]
+    ExtensionNotOffered(String),
 }
 
 /// Indicates the specific type/cause of URL error.

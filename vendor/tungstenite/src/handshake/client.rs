@@ -56,6 +56,7 @@ impl<S: Read + Write> ClientHandshake<S> {
         let _ = crate::client::uri_mode(request.uri())?;
 
         let subprotocols = extract_subprotocols_from_request(&request)?;
+        let extensions = extension_names(request.headers().get_all("Sec-WebSocket-Extensions"))?;
 
         // Convert and verify the `http::Request` and turn it into the request as per RFC.
         // Also extract the key from it (it must be present in a correct request).
@@ -66,7 +67,7 @@ impl<S: Read + Write> ClientHandshake<S> {
         let client = {
             let accept_key = derive_accept_key(key.as_ref());
             ClientHandshake {
-                verify_data: VerifyData { accept_key, subprotocols },
+                verify_data: VerifyData { accept_key, subprotocols, extensions },
                 config,
                 _marker: PhantomData,
             }
@@ -206,6 +207,23 @@ fn extract_subprotocols_from_request(request: &Request) -> Result<Option<Vec<Str
     }
 }
 
+/// The extension names of `Sec-WebSocket-Extensions` fields (RFC 6455
+/// section 9.1: a comma-separated list of `name *(";" param)`), lower-cased.
+fn extension_names<'a>(
+    fields: impl IntoIterator<Item = &'a http::HeaderValue>,
+) -> Result<Vec<String>> {
+    let mut names = Vec::new();
+    for field in fields {
+        for extension in field.to_str()?.split(',') {
+            let name = extension.split(';').next().unwrap_or("").trim();
+            if !name.is_empty() {
+                names.push(name.to_ascii_lowercase());
+            }
+        }
+    }
+    Ok(names)
+}
+
 /// Information for handshake verification.
 #[derive(Debug)]
 struct VerifyData {
@@ -214,6 +232,10 @@ struct VerifyData {
 
     /// Accepted subprotocols
     subprotocols: Option<Vec<String>>,
+
+    /// Extensions the request offered (their names, lower-cased). Tether
+    /// patch.
+    extensions: Vec<String>,
 }
 
 impl VerifyData {
@@ -262,7 +284,13 @@ impl VerifyData {
         // that was not present in the client's handshake (the server has
         // indicated an extension not requested by the client), the client
         // MUST _Fail the WebSocket Connection_. (RFC 6455)
-        // TODO
+        // Tether patch: upstream left this as a TODO and went on, so a
+        // server could turn on compression the client never asked for.
+        for name in extension_names(headers.get_all("Sec-WebSocket-Extensions"))? {
+            if !self.extensions.contains(&name) {
+                return Err(Error::Protocol(ProtocolError::ExtensionNotOffered(name)));
+            }
+        }
 
         // 6.  If the response includes a |Sec-WebSocket-Protocol| header field
         // and this header field indicates the use of a subprotocol that was
