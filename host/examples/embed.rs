@@ -74,6 +74,8 @@ fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
         .arg("guest")
         .args(guest_args)
         .build();
+    // The host's limits bind before wasmtime's cap on live handles.
+    let handles = host.config.limits.component_handles();
     let state = MyState {
         wasi,
         table: ResourceTable::new(),
@@ -84,6 +86,7 @@ fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
         .build()?;
     let exit = rt.block_on(async move {
         let mut store = Store::new(&engine, state);
+        store.set_max_component_handles(handles);
         let command = Command::instantiate_async(&mut store, &component, &linker).await?;
         command.wasi_cli_run().call_run(&mut store).await
     })?;

@@ -228,6 +228,42 @@ impl Default for Limits {
     }
 }
 
+/// Component-model handles a connection the host accepts may cost its
+/// guest at most, counted generously: on p2 a TCP stream, its input and
+/// output streams and their pollables; on p3 the stream, its halves'
+/// `stream<u8>` ends and their futures.
+pub const HANDLES_PER_CONNECTION: usize = 8;
+
+/// Component-model handles a guest keeps for itself on top of what
+/// [`Limits::component_handles`] derives from the limits: its own
+/// resources, dials, listeners, pollables and clocks. wasmtime's default
+/// for the whole store.
+pub const GUEST_HANDLES: usize = 100_000;
+
+impl Limits {
+    /// Live component-model handles one guest's store may hold
+    /// (wasmtime's `Store::set_max_component_handles`; past it, lowering
+    /// one more traps the guest). Derived so that the host's own limits
+    /// always bind first and a guest gets their documented refusal, never
+    /// that trap: [`HANDLES_PER_CONNECTION`] per connection of
+    /// `max_connections`, one per readiness registration or p3 pending
+    /// call (`readiness_set_entries`), one per AEAD key (`max_aead_keys`),
+    /// plus [`GUEST_HANDLES`]. With the defaults about 694,000 (a handle
+    /// costs wasmtime tens of bytes). The runners set it on every store;
+    /// an embedder that makes its own stores sets it too
+    /// (`host/examples/embed.rs`). Before, wasmtime's default of 100,000
+    /// trapped a guest at its 100,001st AEAD key under `--max-aead-keys
+    /// 150000`, or at its 33,334th accepted TCP connection (the red team
+    /// of 2026-12-07, F2).
+    pub fn component_handles(&self) -> usize {
+        self.max_connections
+            .saturating_mul(HANDLES_PER_CONNECTION)
+            .saturating_add(self.readiness_set_entries)
+            .saturating_add(self.max_aead_keys)
+            .saturating_add(GUEST_HANDLES)
+    }
+}
+
 /// Where TLS trust comes from.
 #[derive(Clone, Debug)]
 pub struct TlsOptions {

@@ -359,6 +359,7 @@ impl Runner {
             census,
         };
         let mut store = Store::new(&self.engine, state);
+        store.set_max_component_handles(limits.component_handles());
         let span = store.data().tether.span();
         let running = self.host.metrics.guest_running();
         store.limiter(|s| &mut s.limits);

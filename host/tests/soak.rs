@@ -8,7 +8,7 @@
 //! process's open file descriptors and the guest runtime's live tasks are
 //! back to their baseline exactly, the host buffers 0 bytes, the guest's
 //! resource table holds as many entries as before, and RSS is within 5% of
-//! where it stood after the first 1,000 cycles.
+//! where it stood after the first 2,000 cycles.
 //!
 //! `TETHER_SOAK_CYCLES` sets the number of cycles (default 5,000, the CI
 //! run; `tether bench soak` runs 100,000).
@@ -37,6 +37,10 @@ fn cycles_leave_no_fds_tasks_buffers_table_entries_or_memory_behind() {
         .expect("the soak took over 300 s")
         .expect("the soak ran");
     eprintln!("{}", report.table());
+    eprintln!(
+        "RSS along the run, [cycles, KiB]: {:?}",
+        report.rss_kib_along
+    );
     // Each kind of cycle did its part: bytes were queued in message
     // streams and in a TCP write queue along the way.
     assert!(report.peak_buffered_bytes > 0, "{report:?}");

@@ -57,8 +57,8 @@ use tether_jmux::proxy::cli::{self, HandshakeLimits, ListenerSpec, ProxyArgs};
 use tether_jmux::proxy::rules::TargetFilter;
 use tether_jmux::proxy::{http, socks5};
 use tether_jmux::{
-    ChannelError, ChannelId, Destination, DestinationError, Event, ReasonCode, Session,
-    TOO_MANY_CHANNELS,
+    ChannelError, ChannelId, DATA_OVERHEAD, Destination, DestinationError, Event, ReasonCode,
+    Session, TOO_MANY_CHANNELS,
 };
 
 use log_budget::LogBudget;
@@ -2395,15 +2395,23 @@ impl Proxy {
                 }
                 return Ok(());
             }
-            if !chan.readable || chan.forward.as_ref().is_some_and(Forward::holding) {
+            if !chan.readable
+                || chan.send_blocked
+                || chan.forward.as_ref().is_some_and(Forward::holding)
+            {
+                // A channel waiting for `Writable` reads nothing, though a
+                // readiness event may pump it: what it read could not go
+                // and would wait in guest memory.
                 return Ok(());
             }
-            // Read only what the session can send now, rounded up to one
-            // packet: what cannot go stays in the socket's receive buffer,
-            // where TCP pushes the target back, not in guest memory. Before,
-            // each channel behind a slow pipe read 64 KiB and kept most of
-            // it (the audit of 2026-12-05: about 60 MB of guest memory, and
-            // 0.1 ms of page faults a channel, at 1,000 channels).
+            // Read only what the session can send now: what cannot go
+            // stays in the socket's receive buffer, where TCP pushes the
+            // target back, not in guest memory. Before, each channel behind
+            // a slow pipe read 64 KiB and kept most of it (the audit of
+            // 2026-12-05: about 60 MB of guest memory, and 0.1 ms of page
+            // faults a channel, at 1,000 channels), and then one packet
+            // past the room (up to 64 packets, 1 MiB, held by 64 channels
+            // of 16 KiB packets: the CI failure of 2026-12-07).
             let room = match self.session.send_room(id, TCP_READ as usize, now) {
                 Ok(n) => n,
                 Err(e) => {
@@ -2411,7 +2419,18 @@ impl Proxy {
                     return Ok(());
                 }
             };
-            if room == 0 {
+            // The largest packet the peer's window and packet size let go
+            // now (at most an empty output buffer's room): an output buffer
+            // with less room than that is flushed and waited for, not
+            // filled with a short packet.
+            let capacity = self.session.sender().config().capacity as u64;
+            let packet = self.session.channel(id).map_or(0, |info| {
+                (info.max_send_payload as u64)
+                    .min(info.send_credit)
+                    .min(TCP_READ)
+                    .min(capacity.saturating_sub(DATA_OVERHEAD as u64)) as usize
+            });
+            if room == 0 || room < packet {
                 // Output room (flush, then go on) or the peer's window
                 // (wait for WINDOW ADJUST).
                 if self.flush_or_wait(idx, id, now)? {
@@ -2419,11 +2438,7 @@ impl Proxy {
                 }
                 return Ok(());
             }
-            let packet = self
-                .session
-                .channel(id)
-                .map_or(0, |info| info.max_send_payload);
-            let want = room.max(packet).min(TCP_READ as usize) as u64;
+            let want = room as u64;
             let chan = self.chans[idx].as_mut().expect("checked");
             match chan.conn.input.read(want) {
                 Ok(b) if b.is_empty() => {
@@ -2441,8 +2456,22 @@ impl Proxy {
                         let _ = self.session.abort(id);
                         return Ok(());
                     }
+                    // Into the session at once, in the room just measured:
+                    // left for the next turn (the last read of this one),
+                    // the bytes found that room taken by other channels and
+                    // waited in guest memory (about 0.5 MB at 64 channels
+                    // behind an unread pipe, the CI failure of 2026-12-07).
+                    let sent = self.session.send_data(id, &b, now);
+                    chan.pending_off = *sent.as_ref().unwrap_or(&0);
                     chan.pending = b;
-                    chan.pending_off = 0;
+                    if let Err(e) = sent {
+                        self.send_failed(idx, id, e);
+                        return Ok(());
+                    }
+                    if chan.pending_off == chan.pending.len() {
+                        chan.pending = Vec::new();
+                        chan.pending_off = 0;
+                    }
                 }
                 Err(StreamError::Closed) => chan.read_eof = true,
                 Err(StreamError::LastOperationFailed(e)) => {

@@ -746,7 +746,7 @@ fn aead() {
             Ok(k) => keys.push(k),
             Err(e) => break e,
         }
-        if keys.len() > 100_000 {
+        if keys.len() > 1_000_000 {
             println!("keys never refused");
             return;
         }

@@ -117,6 +117,7 @@ impl Runner {
             epoch_yield: false,
         };
         let mut store = Store::new(&self.engine, state);
+        store.set_max_component_handles(limits.component_handles());
         let span = store.data().tether.span();
         let running = self.host.metrics.guest_running();
         store.limiter(|s| &mut s.limits);

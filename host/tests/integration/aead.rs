@@ -104,3 +104,23 @@ async fn quic_guest_keeps_refused_keys_inside() {
         );
     }
 }
+
+/// A key limit above wasmtime's default cap on a store's live handles
+/// (100,000): the guest gets `too-many-keys` at the limit, as documented,
+/// not the trap wasmtime's cap makes (the red team of 2026-12-07, F2: the
+/// probe trapped at its 100,001st key with "store handle limit exceeded").
+/// The runners size the store's cap from the limits
+/// (`Limits::component_handles`).
+#[tokio::test(flavor = "current_thread")]
+async fn a_key_limit_past_wasmtimes_default_handle_cap_is_a_refusal_not_a_trap() {
+    let mut config = local_config();
+    config.limits.max_aead_keys = 120_000;
+    assert!(config.limits.component_handles() > 120_000);
+    let runner = runner(config);
+    let outcome = probe(&runner, &["aead"]).await;
+    assert!(outcome.success(), "{outcome:?}");
+    let out = outcome.stdout_text();
+    assert!(line(&out, "keys").starts_with("120000 err"), "{out}");
+    assert!(line(&out, "keys").ends_with("TooManyKeys(120000)"), "{out}");
+    assert_eq!(line(&out, "still-serving"), "ok 01");
+}

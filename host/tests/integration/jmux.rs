@@ -833,13 +833,16 @@ fn metric(text: &str, series: &str) -> u64 {
 /// Channels behind a pipe that is not read leave their targets' bytes in
 /// the targets' sockets, where TCP pushes the targets back, not in guest
 /// memory: the guest reads a channel's target only for what its session
-/// can send now (one packet at most past it). 64 channels to targets that
-/// stream, a peer that grants 16 MiB windows and then stops reading the
-/// pipe: what the guest read from the targets minus what it sent on the
-/// pipe (its session's 64 KiB output buffer, and any channel's last
-/// packet) stays under 1 MiB. Before, each channel read 64 KiB and kept
-/// what the session could not take: about 4 MiB here, 60 MB at 1,000
-/// channels (the scale audit of 2026-12-05).
+/// can send now, and hands what it read to the session at once. 64
+/// channels to targets that stream, a peer that grants 16 MiB windows and
+/// then stops reading the pipe: what the guest read from the targets minus
+/// what it sent on the pipe (its session's 64 KiB output buffer) stays
+/// under 80 KiB. Before, each channel read 64 KiB and kept what the
+/// session could not take (about 4 MiB here, 60 MB at 1,000 channels: the
+/// scale audit of 2026-12-05); then a channel's last read of a turn
+/// waited for the next turn and found the room taken by other channels,
+/// and reads were rounded up to a packet past the room: 0.25 to 0.64 MB
+/// held here, and over the old 1 MiB bound in one CI run (2026-12-07).
 #[test]
 fn channels_behind_an_unread_pipe_leave_their_bytes_in_the_target_sockets() {
     const CHANNELS: u32 = 64;
@@ -909,8 +912,8 @@ fn channels_behind_an_unread_pipe_leave_their_bytes_in_the_target_sockets() {
         );
         assert!(sent > 1 << 20, "the pipe never filled: {sent} bytes sent");
         assert!(
-            held < 1 << 20,
-            "the guest holds {held} bytes its session cannot send ({CHANNELS} channels)"
+            held < 80 << 10,
+            "the guest holds {held} bytes past its session's 64 KiB output buffer ({CHANNELS} channels)"
         );
         assert!(!g.is_finished(), "the server guest ended");
     });
