@@ -1,9 +1,9 @@
 // One Tether host on Node: the policy, the limits, the statistics and the
 // whole import object a Tether guest needs (tether:streams, wasi:io, the
-// monotonic clock and stdio from this folder; the rest of wasi:cli,
-// wall-clock and random from preview2-shim).
+// clocks and stdio from this folder; the rest of wasi:cli and random
+// from preview2-shim).
 
-import { cli, clocks, random } from "@bytecodealliance/preview2-shim";
+import { cli, random } from "@bytecodealliance/preview2-shim";
 import { Policy } from "./policy.js";
 import { DEFAULT_LIMITS, Stats } from "./config.js";
 import { ioImports, Signal } from "./io.js";
@@ -67,7 +67,6 @@ export class Host {
       "wasi:cli/terminal-stdin": cli.terminalStdin,
       "wasi:cli/terminal-stdout": cli.terminalStdout,
       "wasi:cli/terminal-stderr": cli.terminalStderr,
-      "wasi:clocks/wall-clock": clocks.wallClock,
       "wasi:random/insecure-seed": random.insecureSeed,
       "wasi:random/insecure": random.insecure,
       "wasi:random/random": random.random,

@@ -1,4 +1,4 @@
-// wasi:io (poll, streams, error), wasi:clocks/monotonic-clock and the
+// wasi:io (poll, streams, error), wasi:clocks (monotonic and wall) and the
 // wasi:cli stdio streams, event-driven: a pollable is a condition on a
 // `Signal` that the resource fires on every state change, and `poll`
 // (a JSPI suspending import) parks the guest on a promise that the first
@@ -298,6 +298,37 @@ const stdoutStream = new OutputStream(new FdSink(1));
 const stderrStream = new OutputStream(new FdSink(2));
 const stdinStream = new InputStream(new EmptySource());
 
+/**
+ * The wall clock's Unix time in ms with a microsecond fraction:
+ * `performance.timeOrigin` (taken from the system clock at start, to the
+ * microsecond) plus `performance.now()`, moved to `Date.now()` again when
+ * the two part by more than 1 ms (the system clock was set).
+ */
+let wallAnchorMs = performance.timeOrigin;
+function wallNowMs() {
+  const now = wallAnchorMs + performance.now();
+  const coarse = Date.now();
+  if (now < coarse - 1 || now > coarse + 2) {
+    wallAnchorMs = coarse - performance.now();
+    return coarse;
+  }
+  return now;
+}
+
+/**
+ * `wasi:clocks/wall-clock`, to the microsecond. preview2-shim's reads
+ * `Date.now()`, milliseconds, twice (its seconds and nanoseconds could
+ * come from either side of a second): a one-way delay measured against
+ * a sender's nanosecond stamp came out up to 1 ms short.
+ */
+export const wallClock = {
+  now: () => {
+    const us = BigInt(Math.floor(wallNowMs() * 1000));
+    return { seconds: us / 1_000_000n, nanoseconds: Number(us % 1_000_000n) * 1000 };
+  },
+  resolution: () => ({ seconds: 0n, nanoseconds: 1000 }),
+};
+
 /** `wasi:clocks/monotonic-clock`, nanoseconds from `hrtime`. */
 export const monotonicClock = {
   now: () => hrtime.bigint(),
@@ -313,6 +344,7 @@ export function ioImports() {
     "wasi:io/error": { Error: IoError },
     "wasi:io/streams": { InputStream, OutputStream },
     "wasi:clocks/monotonic-clock": monotonicClock,
+    "wasi:clocks/wall-clock": wallClock,
     "wasi:cli/stdout": { getStdout: () => stdoutStream },
     "wasi:cli/stderr": { getStderr: () => stderrStream },
     "wasi:cli/stdin": { getStdin: () => stdinStream },
