@@ -171,6 +171,29 @@ impl GuestThread {
         &self.runtime
     }
 
+    /// CPU time (user and system) the guest's thread has used so far: the
+    /// guest, its host calls and its sockets' tasks. `None` once the
+    /// thread is gone or when the clock cannot be read.
+    pub fn cpu_time(&self) -> Option<std::time::Duration> {
+        use std::os::unix::thread::JoinHandleExt;
+        let thread = self.thread.as_ref().filter(|t| !t.is_finished())?;
+        let mut clock: libc::clockid_t = 0;
+        // SAFETY: the thread is joinable (not joined, not detached), so
+        // its pthread_t is valid; both calls write only what we pass.
+        let mut ts: libc::timespec = unsafe { std::mem::zeroed() };
+        unsafe {
+            if libc::pthread_getcpuclockid(thread.as_pthread_t(), &mut clock) != 0
+                || libc::clock_gettime(clock, &mut ts) != 0
+            {
+                return None;
+            }
+        }
+        Some(std::time::Duration::new(
+            ts.tv_sec as u64,
+            ts.tv_nsec as u32,
+        ))
+    }
+
     /// Whether the guest has ended by itself.
     pub fn is_finished(&self) -> bool {
         self.thread.as_ref().is_none_or(JoinHandle::is_finished)

@@ -2420,15 +2420,19 @@ impl Proxy {
                 }
             };
             // The largest packet the peer's window and packet size let go
-            // now (at most an empty output buffer's room): an output buffer
-            // with less room than that is flushed and waited for, not
-            // filled with a short packet.
-            let capacity = self.session.sender().config().capacity as u64;
+            // now, at most the room at which the session wakes writers: an
+            // output buffer with less room than that is flushed and waited
+            // for, not filled with a short packet. (Capped only at an empty
+            // buffer's room, a peer's 65,535-byte packets had the channel
+            // woken at 16 KiB of room, finding too little, waiting again
+            // and woken again at once: 100% of a core with the pipe
+            // unread, 0.5 MiB/s with it read; red team 2026-12-08 F1.)
+            let wake_room = self.session.writable_room() as u64;
             let packet = self.session.channel(id).map_or(0, |info| {
                 (info.max_send_payload as u64)
                     .min(info.send_credit)
                     .min(TCP_READ)
-                    .min(capacity.saturating_sub(DATA_OVERHEAD as u64)) as usize
+                    .min(wake_room.saturating_sub(DATA_OVERHEAD as u64)) as usize
             });
             if room == 0 || room < packet {
                 // Output room (flush, then go on) or the peer's window

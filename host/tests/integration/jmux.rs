@@ -919,6 +919,107 @@ fn channels_behind_an_unread_pipe_leave_their_bytes_in_the_target_sockets() {
     });
 }
 
+/// A channel whose peer takes 65,535-byte packets goes at full speed, and
+/// leaves the guest idle behind a pipe that is not read. The guest waits
+/// for one packet of room before it reads a channel's target, and the
+/// session wakes waiting channels at a quarter of its 64 KiB output
+/// buffer: waiting for a whole 64 KiB packet, the channel was woken with
+/// too little room, waited, and was woken again at once, at 100% of a
+/// core: 1.06 MiB/s over a `tcp-listen://` pipe read as fast as it came,
+/// against 494 MiB/s with 4 KiB packets (red team 2026-12-08 F1).
+#[test]
+fn a_channel_with_the_largest_packets_goes_at_full_speed_and_does_not_spin() {
+    const TOTAL: usize = 16 << 20;
+    // A target that writes 16 MiB as fast as it is taken.
+    let streamer = tcp_server(|mut tcp| async move {
+        use tokio::io::AsyncWriteExt;
+        let chunk = vec![0x42u8; 64 * 1024];
+        for _ in 0..TOTAL / chunk.len() {
+            match tokio::time::timeout(Duration::from_secs(60), tcp.write_all(&chunk)).await {
+                Ok(Ok(())) => {}
+                _ => break,
+            }
+        }
+        tokio::time::sleep(Duration::from_secs(5)).await;
+    });
+    let runner = runner();
+    let port = free_port().unwrap();
+    let g = tether_bench::tunnel::GuestThread::spawn(
+        runner.clone(),
+        component(&runner),
+        vec![
+            "jmux".into(),
+            format!("tcp-listen://127.0.0.1:{port}"),
+            "--allow-all".into(),
+        ],
+        GuestIo::Capture(1 << 20),
+    )
+    .unwrap();
+    tether_bench::tunnel::wait_listening(&[port], Duration::from_secs(20), || !g.is_finished())
+        .unwrap();
+    let mut pipe = TcpStream::connect(local(port)).unwrap();
+    pipe.set_nodelay(true).unwrap();
+    pipe.set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    // OPEN with the largest packets and a window of the whole transfer.
+    let open_largest = |pipe: &mut TcpStream, id: u32| {
+        let mut bytes = Vec::new();
+        Message::Open {
+            sender_channel_id: id,
+            initial_window_size: TOTAL as u32,
+            maximum_packet_size: u16::MAX,
+            destination_url: format!("tcp://{streamer}"),
+        }
+        .encode(&mut bytes)
+        .unwrap();
+        pipe.write_all(&bytes).unwrap();
+    };
+    open_largest(&mut pipe, 0);
+    let mut decoder = Decoder::new();
+    let mut buf = vec![0u8; 64 * 1024];
+    let (mut got, mut opened) = (0usize, false);
+    let t0 = Instant::now();
+    while got < TOTAL {
+        let n = match pipe.read(&mut buf) {
+            Ok(0) => panic!("the guest closed the pipe after {got} bytes"),
+            Ok(n) => n,
+            Err(e) => panic!("no more from the pipe after {got} bytes: {e}"),
+        };
+        decoder.push(&buf[..n]);
+        while let Some(m) = decoder.next_message().unwrap() {
+            match m {
+                Message::OpenSuccess { .. } => opened = true,
+                Message::Data { payload, .. } => got += payload.len(),
+                Message::WindowAdjust { .. } => {}
+                other => panic!("unexpected {other:?}"),
+            }
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "only {got} of {TOTAL} bytes in 10 s, the pipe read as fast as they came"
+        );
+    }
+    assert!(opened, "DATA without OPEN SUCCESS");
+    eprintln!("16 MiB in {:?} with 65,535-byte packets", t0.elapsed());
+    // A second channel, and the pipe not read: once nothing can go, the
+    // guest sleeps.
+    open_largest(&mut pipe, 1);
+    std::thread::sleep(Duration::from_secs(2));
+    let cpu0 = g.cpu_time().expect("the guest thread's CPU clock");
+    assert!(
+        cpu0 > Duration::from_millis(1),
+        "the guest thread's clock says {cpu0:?} after moving 16 MiB"
+    );
+    std::thread::sleep(Duration::from_secs(2));
+    let busy = g.cpu_time().expect("the guest thread's CPU clock") - cpu0;
+    eprintln!("behind an unread pipe: {busy:?} of guest CPU in 2 s (after {cpu0:?} in all)");
+    assert!(
+        busy < Duration::from_millis(200),
+        "the guest used {busy:?} of CPU in 2 s with nothing it could send"
+    );
+    assert!(!g.is_finished(), "the server guest ended");
+}
+
 /// A native JMUX peer: WebSocket client plus the `tether-jmux` codec.
 struct RawPeer {
     ws: tokio_tungstenite::WebSocketStream<

@@ -731,7 +731,19 @@ impl Session {
         let room = self.sender.room();
         self.control.is_empty()
             && room > DATA_OVERHEAD
-            && (room >= self.sender.config().capacity / 4 || self.sender.is_empty())
+            && (room >= self.writable_room() || self.sender.is_empty())
+    }
+
+    /// The output room at which channels cut short by room get
+    /// [`Event::Writable`], bytes: a quarter of the output buffer's
+    /// capacity (or any room once the buffer is empty). A driver that
+    /// waits for more room than this before it sends is woken with less
+    /// than it waits for, again at every drain, and spins: it should
+    /// want at most this much (`guests/jmux` waits for one packet, capped
+    /// here; a peer's 65,535-byte packets spun it at 100% of a core, red
+    /// team 2026-12-08 F1).
+    pub fn writable_room(&self) -> usize {
+        self.sender.config().capacity / 4
     }
 
     /// Emits `Writable` for channels cut short by output room, once there is
