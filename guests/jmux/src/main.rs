@@ -1017,6 +1017,7 @@ impl Proxy {
                 self.write_pipe()?;
             }
             busy |= self.process_events();
+            self.session.end_turn();
             // Input paused only for the events just taken goes on here:
             // a paused session must not wait for pipe I/O it does not need.
             self.session
@@ -2294,13 +2295,17 @@ impl Proxy {
 
     /// The session takes nothing more from channel `id` (at `idx`) now:
     /// writes the session's output to the pipe if a flush is due, and
-    /// says go on (`true`) when the pipe took it all; else the channel
+    /// says go on (`true`) when the pipe took it all and the channel has
+    /// its turn at the room; else the channel
     /// waits for `Writable` (room or credit) with its reading stopped
     /// (`false`).
     fn flush_or_wait(&mut self, idx: usize, id: ChannelId, now: Instant) -> Result<bool, String> {
         if self.session.poll_flush_busy(now) {
             self.write_pipe()?;
-            if !self.pipe_blocked {
+            // Behind channels waiting for room, the channel waits its turn
+            // (`Session::room_turn`): going on would find nothing, turn
+            // after turn.
+            if !self.pipe_blocked && self.session.room_turn(id) {
                 return Ok(true);
             }
         }

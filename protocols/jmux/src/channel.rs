@@ -108,6 +108,12 @@ pub(crate) struct Channel {
     pub want_writable: bool,
     /// In the session's list of channels waiting for output room.
     pub queued_for_room: bool,
+    /// Woken from that list for room: may take room while other channels
+    /// still wait in it, until its next `send_data` or the grant expires
+    /// (the turn after the one it was given in).
+    pub room_granted: bool,
+    /// The driver turn the grant was given in.
+    pub granted_turn: u64,
 
     // Receiving side.
     pub rx: BytesMut,
@@ -153,6 +159,8 @@ impl Channel {
             close_sent: false,
             want_writable: false,
             queued_for_room: false,
+            room_granted: false,
+            granted_turn: 0,
             rx: BytesMut::new(),
             rx_allocated: 0,
             rx_window: u64::from(recv_window),

@@ -986,6 +986,49 @@ fn send_room_is_what_send_data_takes_and_wait_writable_wakes_on_room_or_credit()
     assert_eq!(h.s.wait_writable(a), Err(ChannelError::SendClosed(a)));
 }
 
+/// While a channel waits for output room, the others wait behind it: a
+/// drain wakes the waiting one with a grant, and a channel that did not
+/// wait gets no room until the grant is used or lapses at the end of the
+/// turn after it was given (red team 2026-12-08 F2: channels pumped every
+/// turn took all the room, and 48 of 64 channels behind a slow pipe got
+/// nothing for 60 s).
+#[test]
+fn channels_waiting_for_room_go_first_and_an_unused_grant_lapses() {
+    let capacity = 16 * 1024;
+    let mut h = Harness::new(Config {
+        sender: SenderConfig {
+            capacity,
+            flush_threshold: capacity,
+            ..SenderConfig::default()
+        },
+        ..Config::default()
+    });
+    let a = h.open_ok(7, 1 << 20, 4096);
+    let b = h.open_ok(8, 1 << 20, 4096);
+    let room = h.s.send_room(a, usize::MAX, h.now).unwrap();
+    assert_eq!(h.s.send_data(a, &vec![7; room + 1], h.now).unwrap(), room);
+    // `a` was cut short and waits: `b` waits behind it, room or not.
+    let _ = h.output();
+    assert!(h.events().contains(&Event::Writable { id: a }));
+    assert!(h.s.room_turn(a));
+    assert!(!h.s.room_turn(b), "b takes the room a was woken for");
+    assert_eq!(h.s.send_room(b, usize::MAX, h.now).unwrap(), 0);
+    assert_eq!(h.s.send_data(b, &[1; 100], h.now).unwrap(), 0);
+    // `a` uses its grant; `b`, queued by its cut-short send, is next.
+    assert!(h.s.send_data(a, &[7; 100], h.now).unwrap() == 100);
+    let _ = h.output();
+    assert!(h.events().contains(&Event::Writable { id: b }));
+    assert!(h.s.room_turn(b));
+    assert!(!h.s.room_turn(a));
+    // `b` never sends: its grant lapses at the end of the next turn.
+    h.s.end_turn();
+    assert!(!h.s.room_turn(a), "the grant holds through the next turn");
+    h.s.end_turn();
+    assert!(h.s.room_turn(a), "an unused grant holds nobody back");
+    assert!(h.s.room_turn(b));
+    assert!(h.s.send_room(a, usize::MAX, h.now).unwrap() > 0);
+}
+
 // ----- two sessions wired together ---------------------------------------------
 
 /// Moves bytes between two sessions like a driver pair would, with a fake
