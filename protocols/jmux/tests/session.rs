@@ -22,6 +22,19 @@ struct Harness {
 }
 
 impl Harness {
+    /// A session whose output buffer holds `capacity` bytes, flushed only
+    /// when full (or at a drain).
+    fn with_output_capacity(capacity: usize) -> Self {
+        Self::new(Config {
+            sender: SenderConfig {
+                capacity,
+                flush_threshold: capacity,
+                ..SenderConfig::default()
+            },
+            ..Config::default()
+        })
+    }
+
     fn new(config: Config) -> Self {
         Self {
             s: Session::new(config).unwrap(),
@@ -937,14 +950,7 @@ fn a_drain_wakes_only_the_writers_its_room_takes() {
 #[test]
 fn send_room_is_what_send_data_takes_and_wait_writable_wakes_on_room_or_credit() {
     let capacity = 16 * 1024;
-    let mut h = Harness::new(Config {
-        sender: SenderConfig {
-            capacity,
-            flush_threshold: capacity,
-            ..SenderConfig::default()
-        },
-        ..Config::default()
-    });
+    let mut h = Harness::with_output_capacity(capacity);
     let a = h.open_ok(7, 1 << 20, 4096);
     let b = h.open_ok(8, 5000, 4096);
     // Bounded by the limit, then by the room.
@@ -995,14 +1001,7 @@ fn send_room_is_what_send_data_takes_and_wait_writable_wakes_on_room_or_credit()
 #[test]
 fn channels_waiting_for_room_go_first_and_an_unused_grant_lapses() {
     let capacity = 16 * 1024;
-    let mut h = Harness::new(Config {
-        sender: SenderConfig {
-            capacity,
-            flush_threshold: capacity,
-            ..SenderConfig::default()
-        },
-        ..Config::default()
-    });
+    let mut h = Harness::with_output_capacity(capacity);
     let a = h.open_ok(7, 1 << 20, 4096);
     let b = h.open_ok(8, 1 << 20, 4096);
     let room = h.s.send_room(a, usize::MAX, h.now).unwrap();
