@@ -108,12 +108,10 @@ pub(crate) struct Channel {
     pub want_writable: bool,
     /// In the session's list of channels waiting for output room.
     pub queued_for_room: bool,
-    /// Woken from that list for room: may take room while other channels
-    /// still wait in it, until its next `send_data` or the grant expires
-    /// (the turn after the one it was given in).
-    pub room_granted: bool,
-    /// The driver turn the grant was given in.
-    pub granted_turn: u64,
+    /// Woken from that list for room, in this driver turn: may take room
+    /// while other channels still wait in it, until its next `send_data`
+    /// or the end of the turn after this one.
+    pub room_grant: Option<u64>,
 
     // Receiving side.
     pub rx: BytesMut,
@@ -159,8 +157,7 @@ impl Channel {
             close_sent: false,
             want_writable: false,
             queued_for_room: false,
-            room_granted: false,
-            granted_turn: 0,
+            room_grant: None,
             rx: BytesMut::new(),
             rx_allocated: 0,
             rx_window: u64::from(recv_window),

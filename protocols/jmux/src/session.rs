@@ -612,7 +612,7 @@ impl Session {
         }
         self.peer_closed.remove(&id.0);
         if let Some(ch) = self.channels[id.0 as usize].take() {
-            self.live_grants -= usize::from(ch.room_granted);
+            self.live_grants -= usize::from(ch.room_grant.is_some());
             self.waiting.remove(&id.0);
             if counts_remote(&ch) {
                 self.remote_gone(ch.remote_id);
@@ -768,7 +768,7 @@ impl Session {
     /// ([`Session::wait_writable`]). `false` for an unknown channel.
     pub fn room_turn(&self, id: ChannelId) -> bool {
         self.get(id).is_some_and(|ch| {
-            ch.room_granted || (self.waiting_for_room.is_empty() && self.live_grants == 0)
+            ch.room_grant.is_some() || (self.waiting_for_room.is_empty() && self.live_grants == 0)
         })
     }
 
@@ -783,17 +783,30 @@ impl Session {
             let live = turn + 1 >= self.turn;
             let id = ChannelId(raw);
             if let Some(ch) = self.get_mut(id)
-                && ch.room_granted
-                && ch.granted_turn == turn
+                && ch.room_grant == Some(turn)
             {
                 if live {
                     break;
                 }
-                ch.room_granted = false;
+                ch.room_grant = None;
                 self.live_grants -= 1;
             }
             self.granted.pop_front();
         }
+    }
+
+    /// Gives channel `raw` its turn at the room ([`Session::room_turn`])
+    /// from this driver turn on; [`Session::end_turn`] takes it back if
+    /// unused.
+    fn grant_room(&mut self, raw: u32) {
+        let turn = self.turn;
+        let Some(ch) = self.get_mut(ChannelId(raw)) else {
+            return;
+        };
+        if ch.room_grant.replace(turn).is_none() {
+            self.live_grants += 1;
+        }
+        self.granted.push_back((raw, turn));
     }
 
     /// Emits `Writable` for channels cut short by output room, once there is
@@ -810,7 +823,6 @@ impl Session {
             return;
         }
         let mut room = self.sender.room();
-        let turn = self.turn;
         while room > DATA_OVERHEAD {
             let Some(raw) = self.waiting_for_room.pop_front() else {
                 break;
@@ -820,14 +832,11 @@ impl Session {
             ch.queued_for_room = false;
             if ch.want_writable && ch.can_send() && ch.credit > 0 {
                 ch.want_writable = false;
-                let fresh = !std::mem::replace(&mut ch.room_granted, true);
-                ch.granted_turn = turn;
                 let packet = usize::try_from(ch.credit)
                     .unwrap_or(usize::MAX)
                     .min(ch.max_send_payload);
                 room = room.saturating_sub(packet + DATA_OVERHEAD);
-                self.live_grants += usize::from(fresh);
-                self.granted.push_back((raw, turn));
+                self.grant_room(raw);
                 self.events.push_back(Event::Writable { id });
             }
         }
@@ -955,7 +964,7 @@ impl Session {
         } = self;
         let ch = channels[id.0 as usize].as_mut().expect("checked above");
         let mut sent = 0;
-        let granted = std::mem::take(&mut ch.room_granted);
+        let granted = ch.room_grant.take().is_some();
         *live_grants -= usize::from(granted);
         if !control_blocked && turn {
             while sent < data.len() && ch.credit > 0 {
@@ -981,13 +990,11 @@ impl Session {
         ch.moved = ch.moved.wrapping_add(sent as u64);
         if sent < data.len() {
             Self::want_room(ch, id, sender, waiting_for_room);
-            if granted && sent == 0 && ch.queued_for_room {
+            if granted && sent == 0 && waiting_for_room.back() == Some(&id.0) {
                 // Woken, but others took the room first: it keeps its
-                // place at the front.
-                if let Some(pos) = waiting_for_room.iter().rposition(|&r| r == id.0) {
-                    waiting_for_room.remove(pos);
-                    waiting_for_room.push_front(id.0);
-                }
+                // place at the front (`want_room` just queued it last).
+                waiting_for_room.pop_back();
+                waiting_for_room.push_front(id.0);
             }
         }
         Ok(sent)
@@ -1641,7 +1648,6 @@ impl Session {
         };
         let room = self.room_for_writers();
         let none_waiting = self.waiting_for_room.is_empty();
-        let turn = self.turn;
         let ch = self.get_mut(id).expect("checked");
         // The window must never exceed 2^32 - 1 bytes (JMUX spec, "Data
         // Transfer"): a peer's excess is not credit, and is counted.
@@ -1656,10 +1662,7 @@ impl Session {
             // (woken at the next drain, made due at once).
             if room && none_waiting {
                 ch.want_writable = false;
-                let fresh = !std::mem::replace(&mut ch.room_granted, true);
-                ch.granted_turn = turn;
-                self.live_grants += usize::from(fresh);
-                self.granted.push_back((raw, turn));
+                self.grant_room(id.0);
                 self.events.push_back(Event::Writable { id });
             } else if !ch.queued_for_room {
                 ch.queued_for_room = true;
